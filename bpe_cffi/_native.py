@@ -1,0 +1,48 @@
+"""The compiled extension, checked at import, and the one place C error codes become exceptions."""
+from . import __version__
+
+try:
+    from ._bpe_cffi import ffi, lib
+except ImportError as exc:  # pragma: no cover - depends on how the package was installed
+    raise ImportError(
+        "bpe_cffi's C extension is not built; install the package with `pip install .` "
+        f"({exc})") from exc
+
+_compiled = ffi.string(lib.bpe_version()).decode()
+if _compiled != __version__:  # pragma: no cover - a stale build
+    raise ImportError(
+        f"bpe_cffi: the compiled extension is version {_compiled} but the Python package is "
+        f"{__version__}; rebuild it with `pip install .`")
+
+
+class BPEError(RuntimeError):
+    """An error reported by the C core that has no more specific Python exception."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def strerror(code: int) -> str:
+    return ffi.string(lib.bpe_strerror(code)).decode()
+
+
+def raise_for(code: int, context: str = "") -> None:
+    """Raise the Python exception that matches a BPE_ERR_* code (no-op for BPE_OK)."""
+    if code == lib.BPE_OK:
+        return
+    message = strerror(code)
+    if context:
+        message = f"{context}: {message}"
+    if code == lib.BPE_ERR_NOMEM:
+        raise MemoryError(message)
+    if code == lib.BPE_ERR_IO:
+        err = ffi.errno
+        import os
+        raise OSError(err, f"{message} ({os.strerror(err)})" if err else message)
+    if code == lib.BPE_ERR_CANCELLED:
+        raise KeyboardInterrupt(message)
+    if code in (lib.BPE_ERR_ARG, lib.BPE_ERR_VOCAB, lib.BPE_ERR_MERGE, lib.BPE_ERR_ID,
+                lib.BPE_ERR_DISALLOWED, lib.BPE_ERR_NOBYTE, lib.BPE_ERR_TOOBIG):
+        raise ValueError(message)
+    raise BPEError(code, message)

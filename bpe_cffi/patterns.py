@@ -1,0 +1,47 @@
+"""The split patterns: names, regex strings, and their C scanner ids.
+
+The strings are the ones tiktoken uses for r50k/p50k (our "gpt2"), cl100k_base and o200k_base.
+A pattern given by name runs in the hand-written C scanner; any other regex string is run by
+the `regex` module in Python and only the BPE runs in C.
+"""
+GPT2 = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+CL100K = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++"""
+          r"""[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
+O200K = "|".join([
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""",
+    r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+    r"""\s*[\r\n]+""",
+    r"""\s+(?!\S)""",
+    r"""\s+""",
+])
+
+# name -> (regex string, C pattern id from bpe.h)
+BUILTIN = {
+    "gpt2": (GPT2, 1),
+    "cl100k": (CL100K, 2),
+    "o200k": (O200K, 3),
+}
+ALIASES = {"r50k": "gpt2", "p50k": "gpt2", "r50k_base": "gpt2", "p50k_base": "gpt2",
+           "cl100k_base": "cl100k", "o200k_base": "o200k"}
+
+
+def resolve(pattern: str) -> tuple:
+    """Return (name or None, regex string, C pattern id; 0 means split in Python)."""
+    if not isinstance(pattern, str):
+        raise TypeError(f"pattern must be a str, not {type(pattern).__name__}")
+    name = ALIASES.get(pattern, pattern)
+    if name in BUILTIN:
+        regex, cid = BUILTIN[name]
+        return name, regex, cid
+    for known, (regex, cid) in BUILTIN.items():
+        if pattern == regex:
+            return known, regex, cid
+    import regex as _regex
+    try:
+        _regex.compile(pattern)
+    except _regex.error as exc:
+        raise ValueError(f"pattern is neither a known name (gpt2, cl100k, o200k) nor a valid "
+                         f"regex: {exc}") from None
+    return None, pattern, 0

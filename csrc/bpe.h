@@ -1,0 +1,189 @@
+/*
+ * bpe.h - the public C API of bpe_cffi.
+ *
+ * Everything between CDEF-BEGIN and CDEF-END is also the CFFI cdef (build_ffi.py reads it),
+ * so that part holds only what cffi's parser accepts: plain declarations, integer #defines,
+ * no #include and no #if.  Internal headers (pretok.h, special.h, ...) are never seen by
+ * Python.
+ *
+ * Conventions, for every function below:
+ *   - The return value is an error code: BPE_OK (0) on success, a BPE_ERR_* value otherwise;
+ *     bpe_strerror(code) gives a message.  On error, outputs are left empty (freeable).
+ *   - Nothing here aborts, exits or prints.
+ *   - A bpe_tokenizer is immutable once built; any number of threads may encode with it at
+ *     once.  Free it only when no call is using it.
+ *   - Memory returned in a bpe_ids / bpe_bytes belongs to the caller, who releases it with
+ *     bpe_ids_free / bpe_bytes_free (both accept NULL and empty buffers).
+ */
+#ifndef BPE_H
+#define BPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* CDEF-BEGIN */
+
+/* ---- errors and version ------------------------------------------------------------ */
+
+#define BPE_OK 0
+#define BPE_ERR_NOMEM 1        /* an allocation failed */
+#define BPE_ERR_ARG 2          /* an argument is invalid (NULL, out of range, bad enum) */
+#define BPE_ERR_VOCAB 3        /* vocabulary inconsistent: duplicate id or bytes, empty token */
+#define BPE_ERR_MERGE 4        /* a merge names an unknown id, or its result is not a token */
+#define BPE_ERR_ID 5           /* a token id that the tokenizer does not know */
+#define BPE_ERR_DISALLOWED 6   /* the text contains a disallowed special token */
+#define BPE_ERR_IO 7           /* reading or writing a file failed; errno says why */
+#define BPE_ERR_CANCELLED 8    /* the caller set progress->cancel */
+#define BPE_ERR_THREAD 9       /* a thread could not be started */
+#define BPE_ERR_TOOBIG 10      /* a size overflows (text > 4 GiB per piece, too many ids) */
+#define BPE_ERR_NOBYTE 11      /* a byte of the text has no token (vocab lacks single bytes) */
+
+const char *bpe_strerror(int code);
+
+/* The version compiled into the library; Python checks it against bpe_cffi.__version__. */
+const char *bpe_version(void);
+
+/* ---- shared buffers ----------------------------------------------------------------- */
+
+typedef struct bpe_ids {
+    uint32_t *ids;   /* token ids; malloc'd, owned by whoever holds the struct */
+    size_t len;      /* ids in use */
+    size_t cap;      /* ids allocated */
+} bpe_ids;
+
+typedef struct bpe_bytes {
+    uint8_t *data;   /* bytes; malloc'd, owned by whoever holds the struct */
+    size_t len;      /* bytes in use */
+    size_t cap;      /* bytes allocated */
+} bpe_bytes;
+
+void bpe_ids_free(bpe_ids *ids);      /* frees ids->ids and zeroes the struct; NULL is fine */
+void bpe_bytes_free(bpe_bytes *b);    /* frees b->data and zeroes the struct; NULL is fine */
+
+/* Progress and cancellation of a long call.  C writes done/total/phase (plain aligned
+ * 64-bit stores, read by a Python thread for the progress bar); Python writes cancel, and
+ * the C call returns BPE_ERR_CANCELLED soon after it becomes nonzero (within ~0.1 s). */
+typedef struct bpe_progress {
+    uint64_t done;    /* units finished: bytes read, or merges made */
+    uint64_t total;   /* units expected; 0 when unknown */
+    int phase;        /* BPE_PHASE_* */
+    int cancel;       /* set nonzero by the caller to stop the call */
+} bpe_progress;
+
+#define BPE_PHASE_READ 0     /* reading and counting / encoding bytes */
+#define BPE_PHASE_MERGE 1    /* training: merges */
+
+/* ---- the tokenizer ------------------------------------------------------------------ */
+
+/* Which pair merges first. */
+#define BPE_RULE_MERGES 0    /* a ranked merge list (GPT-2 merges.txt, trained merges) */
+#define BPE_RULE_TIKTOKEN 1  /* tiktoken: the adjacent pair whose concatenation is the
+                                lowest-ranked token; rank == token id */
+
+/* How text is split into pieces before BPE. */
+#define BPE_PATTERN_EXTERNAL 0  /* the caller splits (any regex, in Python) */
+#define BPE_PATTERN_GPT2 1      /* r50k/p50k/gpt2 */
+#define BPE_PATTERN_CL100K 2
+#define BPE_PATTERN_O200K 3
+
+typedef struct bpe_tokenizer bpe_tokenizer;
+
+/* Everything a tokenizer is built from.  Arrays are read during bpe_tokenizer_new only. */
+typedef struct bpe_spec {
+    int rule;                      /* BPE_RULE_* */
+    int pattern;                   /* BPE_PATTERN_* */
+    int ignore_merges;             /* 1: a piece that is itself a token is emitted whole */
+    size_t cache_capacity;         /* word-cache entries per thread; 0 disables the cache */
+
+    size_t n_tokens;               /* ordinary tokens */
+    const uint8_t *token_bytes;    /* all token bytes, concatenated */
+    const size_t *token_offsets;   /* n_tokens + 1 offsets into token_bytes */
+    const uint32_t *token_ids;     /* id of each token; for BPE_RULE_TIKTOKEN also its rank */
+
+    size_t n_merges;               /* BPE_RULE_MERGES only; rank = index */
+    const uint32_t *merges;        /* 2 * n_merges ids: left, right; the result is the token
+                                      whose bytes are left's then right's */
+
+    size_t n_special;              /* special tokens, matched in text before splitting */
+    const uint8_t *special_bytes;
+    const size_t *special_offsets; /* n_special + 1 */
+    const uint32_t *special_ids;
+} bpe_spec;
+
+/* Builds a tokenizer.  On BPE_ERR_VOCAB / BPE_ERR_MERGE, *bad_index (if not NULL) is the index
+ * of the offending token or merge.  *out is NULL on error. */
+int bpe_tokenizer_new(const bpe_spec *spec, bpe_tokenizer **out, size_t *bad_index);
+
+/* Frees the tokenizer and every per-thread cache it made.  NULL is fine. */
+void bpe_tokenizer_free(bpe_tokenizer *tok);
+
+/* Largest id + 1 over ordinary and special tokens. */
+uint32_t bpe_tokenizer_id_limit(const bpe_tokenizer *tok);
+
+/* The bytes of a token (ordinary or special); BPE_ERR_ID if unknown.  The pointer stays
+ * valid as long as the tokenizer. */
+int bpe_token_bytes(const bpe_tokenizer *tok, uint32_t id, const uint8_t **bytes, size_t *len);
+
+/* The id of the token with exactly these bytes, BPE_ERR_ID if there is none. */
+int bpe_token_id(const bpe_tokenizer *tok, const uint8_t *bytes, size_t len, uint32_t *id);
+
+/* special_mode, for the encode functions: NULL treats every special token as ordinary text;
+ * otherwise an array of n_special bytes, one per special token in spec order: */
+#define BPE_SPECIAL_TEXT 0        /* encode it as ordinary text */
+#define BPE_SPECIAL_ALLOWED 1     /* emit its id */
+#define BPE_SPECIAL_DISALLOWED 2  /* fail with BPE_ERR_DISALLOWED */
+
+/* Encodes UTF-8 text (pattern must not be EXTERNAL) and appends the ids to *out.
+ * On BPE_ERR_DISALLOWED, *info is the index of the special token found. */
+int bpe_encode(const bpe_tokenizer *tok, const uint8_t *text, size_t len,
+               const uint8_t *special_mode, bpe_ids *out, size_t *info);
+
+/* Streaming form: encodes the longest prefix of text whose ids cannot change whatever text
+ * follows, appends its ids to *out and sets *consumed to its length.  With final != 0 the
+ * text is the end of the stream and all of it is encoded (same as bpe_encode). */
+int bpe_encode_prefix(const bpe_tokenizer *tok, const uint8_t *text, size_t len,
+                      const uint8_t *special_mode, int final, bpe_ids *out,
+                      size_t *consumed, size_t *info);
+
+/* Encodes pieces the caller already split (any pattern, no special-token matching):
+ * piece i is text[piece_ends[i-1] .. piece_ends[i]), with piece_ends[-1] = 0. */
+int bpe_encode_pieces(const bpe_tokenizer *tok, const uint8_t *text,
+                      const size_t *piece_ends, size_t n_pieces, bpe_ids *out);
+
+/* Encodes n texts on up to n_threads threads (0: one per core); outs[i] gets the ids of
+ * texts[i], the same as bpe_encode.  On error, *info is the index of the failing text. */
+int bpe_encode_batch(const bpe_tokenizer *tok, size_t n, const uint8_t *const *texts,
+                     const size_t *lens, const uint8_t *special_mode, int n_threads,
+                     bpe_ids *outs, size_t *info);
+
+/* Encodes the file in_path into out_path as a flat array of little-endian token ids of
+ * id_width bytes (2 or 4), in parallel chunks cut where cutting cannot change the ids.
+ * Bytes that are not UTF-8 are replaced by U+FFFD as Python's errors="replace" does.
+ * progress may be NULL.  On success *n_tokens is the number of ids written.  On error the
+ * output file is removed. */
+int bpe_encode_file(const bpe_tokenizer *tok, const char *in_path, const char *out_path,
+                    int id_width, const uint8_t *special_mode, int n_threads,
+                    bpe_progress *progress, uint64_t *n_tokens, size_t *info);
+
+/* Appends the bytes of ids to *out.  On BPE_ERR_ID, *bad_index is the index of the id. */
+int bpe_decode(const bpe_tokenizer *tok, const uint32_t *ids, size_t n, bpe_bytes *out,
+               size_t *bad_index);
+
+/* ---- pre-tokenizer (exposed for tests and for the trainer's Python fallback) ------------ */
+
+/* Splits text with a built-in pattern; appends the end offset of each piece to *ends
+ * (as uint32 when the text is < 4 GiB; BPE_ERR_TOOBIG otherwise). */
+int bpe_pretokenize(int pattern, const uint8_t *text, size_t len, bpe_ids *ends);
+
+/* The largest cut position <= len at which the text may be split in two without changing
+ * the pieces (and so the ids) of a built-in pattern; 0 if there is none. */
+size_t bpe_pretok_safe_cut(int pattern, const uint8_t *text, size_t len);
+
+/* ---- trainer (filled in by the trainer issue) ----------------------------------------- */
+
+/* TRAINER-API-BEGIN */
+/* TRAINER-API-END */
+
+/* CDEF-END */
+
+#endif /* BPE_H */

@@ -1,0 +1,23 @@
+/*
+ * utf8.h - internal UTF-8 helpers (utf8.c), shared by file encoding and training.
+ */
+#ifndef BPE_UTF8_H
+#define BPE_UTF8_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bpe.h"
+
+/* Length of the longest prefix of buf[0..len) that does not end inside a UTF-8 sequence that
+ * more bytes could still complete (so a reader can keep the tail for the next block). */
+size_t bpe_utf8_complete_prefix(const uint8_t *buf, size_t len);
+
+/* 1 if buf[0..len) is valid UTF-8, else 0. */
+int bpe_utf8_valid(const uint8_t *buf, size_t len);
+
+/* Appends buf[0..len) to *out with every invalid sequence replaced by U+FFFD exactly as
+ * Python's bytes.decode("utf-8", errors="replace") does.  Returns a BPE_ERR_* code. */
+int bpe_utf8_replace_invalid(const uint8_t *buf, size_t len, bpe_bytes *out);
+
+#endif

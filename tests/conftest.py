@@ -1,0 +1,55 @@
+"""Shared test fixtures: where the real vocabularies and corpora live, and how to read them.
+
+The data stays in ../shared (never copied into the repo).  Tests that need it skip with a clear
+reason when it is absent, so the suite passes on a machine without it.
+"""
+import lzma
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+VOCAB_DIR = Path(os.environ.get("BPE_CFFI_VOCAB_DIR", SHARED / "vocab"))
+CORPORA_DIR = Path(os.environ.get("BPE_CFFI_CORPORA_DIR", SHARED / "corpora"))
+CORPORA = ["en_books", "multilingual", "code", "web"]
+LONG = bool(os.environ.get("BPE_CFFI_LONG"))
+
+
+def vocab_path(name: str) -> Path:
+    p = VOCAB_DIR / name
+    if not p.exists():
+        pytest.skip(f"vocabulary file {p} not found (set BPE_CFFI_VOCAB_DIR)")
+    return p
+
+
+def tiktoken_encoding(name: str):
+    """The offline tiktoken reference encoding ('gpt2', 'cl100k_base', 'o200k_base')."""
+    pytest.importorskip("tiktoken", reason="tiktoken is needed as the reference encoder")
+    vocab_path("offline_tiktoken.py")
+    if str(VOCAB_DIR) not in sys.path:
+        sys.path.insert(0, str(VOCAB_DIR))
+    from offline_tiktoken import get_encoding
+    return get_encoding(name)
+
+
+def read_corpus(name: str, n_bytes: int, offset: int = 0) -> str:
+    """Up to n_bytes of a corpus from `offset`, decoded (a split character at the edges is
+    dropped)."""
+    p = CORPORA_DIR / f"{name}.txt.xz"
+    if not p.exists():
+        pytest.skip(f"corpus {p} not found (set BPE_CFFI_CORPORA_DIR)")
+    with lzma.open(p, "rb") as f:
+        if offset:
+            f.seek(offset)
+        raw = f.read(n_bytes)
+    return raw.decode("utf-8", errors="ignore")
+
+
+def cs336_path(name: str) -> Path:
+    p = CORPORA_DIR / "cs336" / name
+    if not p.exists():
+        pytest.skip(f"CS336 fixture {p} not found")
+    return p
