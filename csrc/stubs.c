@@ -40,3 +40,32 @@ WEAK int bpe_decode(const bpe_tokenizer *tok, const uint32_t *ids, size_t n, bpe
 WEAK int bpe_pretokenize(int pattern, const uint8_t *text, size_t len, bpe_ids *ends)
 { return BPE_ERR_ARG; }
 WEAK size_t bpe_pretok_safe_cut(int pattern, const uint8_t *text, size_t len) { return 0; }
+
+/* internal interfaces (pretok.h, special.h, utf8.h) */
+#include <stdlib.h>
+#include <string.h>
+#include "pretok.h"
+#include "special.h"
+#include "utf8.h"
+
+WEAK size_t bpe_pretok_next(int pattern, const uint8_t *seg, size_t len, size_t pos) { return len; }
+WEAK int bpe_special_matcher_new(const uint8_t *bytes, const size_t *offsets, size_t n,
+                                 bpe_special_matcher **out)
+{ *out = 0; return n == 0 ? BPE_OK : BPE_ERR_ARG; }
+WEAK void bpe_special_matcher_free(bpe_special_matcher *m) { }
+WEAK int bpe_special_find(const bpe_special_matcher *m, const uint8_t *text, size_t len, size_t pos,
+                          const uint8_t *mode, size_t *start, size_t *index) { return 0; }
+WEAK size_t bpe_special_len(const bpe_special_matcher *m, size_t index) { return 0; }
+WEAK size_t bpe_special_max_len(const bpe_special_matcher *m) { return 0; }
+WEAK size_t bpe_utf8_complete_prefix(const uint8_t *buf, size_t len) { return len; }
+WEAK int bpe_utf8_valid(const uint8_t *buf, size_t len) { return 1; }
+WEAK int bpe_utf8_replace_invalid(const uint8_t *buf, size_t len, bpe_bytes *out)
+{
+    if (out->len + len > out->cap) {
+        uint8_t *p = realloc(out->data, out->len + len + 1);
+        if (!p) return BPE_ERR_NOMEM;
+        out->data = p; out->cap = out->len + len + 1;
+    }
+    memcpy(out->data + out->len, buf, len); out->len += len;
+    return BPE_OK;
+}

@@ -1,0 +1,51 @@
+"""The `bpe-cffi` command line.  Each subcommand lives in its own module, which provides
+`add_parser(subparsers)`; the parser it adds sets `func` to the function that runs it."""
+import argparse
+import importlib
+import sys
+
+from . import __version__
+
+SUBCOMMANDS = [
+    "bpe_cffi._cli_encode",    # bpe-cffi encode
+    "bpe_cffi._cli_train",     # bpe-cffi train
+    "bpe_cffi.daemon.cli",     # bpe-cffi serve
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bpe-cffi",
+        description="Byte-level BPE tokenizer: train vocabularies, encode files, serve a daemon.",
+    )
+    parser.add_argument("--version", action="version", version=f"bpe-cffi {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:  # a real missing dependency, not a part not yet written
+                raise
+            continue
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("bpe-cffi: interrupted", file=sys.stderr)
+        return 130
+    except (OSError, ValueError, TypeError) as exc:
+        print(f"bpe-cffi: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
