@@ -7,9 +7,9 @@ Formats:
     character, so a token's bytes are recovered character by character.
   - tiktoken `.tiktoken`: one "base64(token bytes) rank" pair a line; rank = token id.
   - HuggingFace `tokenizer.json` (model type BPE, byte-level alphabet).  We write it so that
-    `tokenizers.Tokenizer.from_file` reproduces our ids, plus a top-level "bpe_cffi" key (HF
-    ignores unknown top-level keys) recording the merge rule and split pattern, so `read_hf`
-    restores the exact tokenizer.
+    `tokenizers.Tokenizer.from_file` reproduces our ids, plus a "bpe_cffi" key inside "model"
+    (HF ignores unknown keys there but rejects them at the top level) recording the merge
+    rule and split pattern, so `read_hf` restores the exact tokenizer.
 
 Every reader validates what it returns: malformed, truncated or inconsistent input raises
 ValueError("<file>:<line>: <what is wrong>"); a missing file raises the OSError from open().
@@ -318,6 +318,14 @@ def hf_json(vocab: dict, merges, special: dict, pattern_regex: str, rule: str,
               "normalized": False, "special": True}
              for s, i in sorted(special.items(), key=lambda kv: kv[1])]
     model_vocab = {bytes_to_token_str(b): i for i, b in sorted(vocab.items())}
+    for s, i in special.items():
+        # HF gives an added token the id of the model token with the same string, and
+        # otherwise the next free id: list them in the model vocab to keep our ids.
+        if model_vocab.get(s, i) != i:
+            raise ValueError(f"special token {s!r} (id {i}) has the same string as ordinary "
+                             f"token {model_vocab[s]} in the byte-level alphabet; HF's "
+                             f"tokenizer.json cannot hold both")
+        model_vocab[s] = i
     return {
         "version": "1.0",
         "truncation": None,
@@ -327,7 +335,7 @@ def hf_json(vocab: dict, merges, special: dict, pattern_regex: str, rule: str,
         "pre_tokenizer": {
             "type": "Sequence",
             "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": pattern_regex},
+                {"type": "Split", "pattern": {"Regex": onig_regex(pattern_regex)},
                  "behavior": "Isolated", "invert": False},
                 {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
                  "use_regex": False},
@@ -347,13 +355,23 @@ def hf_json(vocab: dict, merges, special: dict, pattern_regex: str, rule: str,
             "ignore_merges": True,
             "vocab": model_vocab,
             "merges": [[bytes_to_token_str(a), bytes_to_token_str(b)] for a, b in merges],
-        },
-        "bpe_cffi": {
-            "format": 1,
-            "rule": rule,
-            "pattern": pattern_name if pattern_name else pattern_regex,
+            # ours; HF ignores unknown keys inside "model" (but rejects them at top level)
+            "bpe_cffi": {
+                "format": 1,
+                "rule": rule,
+                "pattern": pattern_name if pattern_name else pattern_regex,
+            },
         },
     }
+
+
+def onig_regex(pattern: str) -> str:
+    """The pattern in the dialect of HF's regex engine (Oniguruma, Ruby syntax), where
+    `X{m,n}+` is not possessive but means `(?:X{m,n})+`.  Possessive bounded repeats become
+    greedy ones: in our patterns nothing follows them inside their alternative, so the
+    matches are the same."""
+    import re
+    return re.sub(r"(?<!\\)(\{\d+(?:,\d*)?\})\+", r"\1", pattern)
 
 
 def write_hf(path, doc: dict) -> None:
@@ -425,7 +443,7 @@ def read_hf(path, doc=None, text=None) -> dict:
             raise ValueError(f"{path}: model.merges[{k}] must be two tokens, found {m!r}")
         merges.append((token_str_to_bytes(parts[0], f"{path}: model.merges[{k}]"),
                        token_str_to_bytes(parts[1], f"{path}: model.merges[{k}]")))
-    ours = doc.get("bpe_cffi") if isinstance(doc.get("bpe_cffi"), dict) else {}
+    ours = model.get("bpe_cffi") if isinstance(model.get("bpe_cffi"), dict) else {}
     rule = ours.get("rule", RULE_MERGES)
     if rule not in (RULE_MERGES, RULE_TIKTOKEN):
         raise ValueError(f"{path}: bpe_cffi.rule {rule!r} is neither 'merges' nor 'tiktoken'")
