@@ -678,16 +678,19 @@ class Tokenizer:
             return 0
         cut_c = starts[-2]
         cut = len(text[:cut_c].encode("utf-8"))
-        if self._special:
-            # don't cut inside (or just before the rest of) a possible special token
-            lo = max(0, cut - max_special)
-            for s in self._special:
-                b = s.encode("utf-8")
-                j = data.find(b, lo)
-                while j != -1 and j < cut:
-                    if j + len(b) > cut:
-                        cut = j
-                    j = data.find(b, j + 1)
+        for s in self._special:
+            b = s.encode("utf-8")
+            # not inside (or across) a whole special token near the cut ...
+            j = data.find(b, max(0, cut - len(b) + 1))
+            while j != -1 and j < cut:
+                if j + len(b) > cut:
+                    cut = j
+                j = data.find(b, j + 1)
+            # ... nor after the start of one that the next chunk may complete
+            for k in range(min(len(b) - 1, len(data)), 0, -1):
+                if data.endswith(b[:k]):
+                    cut = min(cut, len(data) - k)
+                    break
         return cut
 
     def _encode_file_py(self, in_path, out_path, width) -> int:
@@ -845,8 +848,10 @@ def load(path, *, pattern: str = None, special_tokens=None, **kw) -> Tokenizer:
                              "special_tokens")
         kw.setdefault("ignore_merges", parts["ignore_merges"])
         if parts["rule"] == formats.RULE_TIKTOKEN:
-            return Tokenizer._from_parts(formats.RULE_TIKTOKEN, parts["vocab"], [], special,
-                                         parts["pattern"], **kw)
+            tok = Tokenizer._from_parts(formats.RULE_TIKTOKEN, parts["vocab"], [], special,
+                                        parts["pattern"], **kw)
+            tok._synth = parts["merges"]     # the merges we synthesized when saving it
+            return tok
         vocab = parts["vocab"]
         formats.check_merges(vocab, parts["merges"], p)
         return Tokenizer._from_parts(formats.RULE_MERGES, vocab, parts["merges"], special,

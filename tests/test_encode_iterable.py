@@ -61,12 +61,16 @@ def test_file_object_and_laziness(tmp_path):
         assert isinstance(it, types.GeneratorType)
         assert list(it) == enc.encode(text, allowed_special="all")
 
-    def endless():
-        while True:
+    pulled = []
+
+    def chunks():
+        for k in range(20_000):
+            pulled.append(k)
             yield "the quick brown fox "
-    it = tok.encode_iterable(endless())
+    it = tok.encode_iterable(chunks())
     first = [next(it) for _ in range(100)]
     assert tok.decode(first).startswith("the quick brown fox the quick")
+    assert len(pulled) < 100, "encode_iterable read far ahead of what it yielded"
 
 
 def test_custom_regex_iterable():
