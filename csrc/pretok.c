@@ -356,8 +356,91 @@ int bpe_pretokenize(int pattern, const uint8_t *text, size_t len, bpe_ids *ends)
     return BPE_OK;
 }
 
-/* See bpe.h.  (First version: no cut is ever claimed safe, which is trivially correct.) */
+/* ---- safe cuts ------------------------------------------------------------------------------
+ *
+ * A cut at p splits text into text[:p] and text[p:].  It is SAFE when, whatever text follows,
+ * pieces(text[:p]) + pieces(text[p:]) == pieces(text).  None of the patterns has a
+ * look-behind or ^, so the match at any position depends only on the text from there on: the
+ * pieces after p are the same in the suffix as in the whole text as soon as p is a piece
+ * boundary of the whole text.  The cut is then safe if also (b) no match that starts before p
+ * changes when the text ends at p.  A match attempt starting before p can notice the cut only
+ * by reading position p: it asks whether text[p] is in some set (or evaluates $ / (?!\S) at p,
+ * which needs whitespace right before p).  So p is safe if
+ *   (a) no piece can contain both text[p-1] and text[p], and
+ *   (b) text[p-1] is not whitespace, and text[p] is in none of the sets that a match covering
+ *       text[p-1] could go on with - then "text[p]" and "end of text" give the same answers.
+ * Checked per pattern on the classes of prev = text[p-1] and cur = text[p] (both known: p < len):
+ *
+ *   GPT-2: every piece other than a contraction or whitespace is ` ?` plus a possessive run of
+ *     ONE class among L, N, [^\s\p{L}\p{N}] (= OTHER or MARK), and a space only ever starts a
+ *     piece.  So if prev is not whitespace and not '\'' (which could start a contraction
+ *     ending after p) and cur is not in prev's run class, the run holding prev ends at p and
+ *     reads nothing but "is cur in my class" at p.
+ *   cl100k: letters occur only in `[^\r\n\p{L}\p{N}]?+\p{L}++` runs and contractions (which end
+ *     on a letter and read nothing after it): prev in L, cur not in L.  Digits occur only in
+ *     \p{N}{1,3}: prev in N, cur not in N.  Other characters and marks occur only as the
+ *     one-character prefix of a letter run, or in ` ?[^\s\p{L}\p{N}]++[\r\n]*+`: prev in
+ *     OTHER/MARK needs cur to be neither a letter, an OTHER/MARK, '\r' nor '\n' - that is, a
+ *     digit or whitespace other than \r \n.
+ *   o200k: letters occur only in the word alternatives [prefix][U]*[W]+C? / [prefix][U]+[W]*C?,
+ *     which can continue only with a letter, a mark (U and W contain M) or the contraction's
+ *     '\'' (the prefix class excludes letters): prev in L needs cur not in L, not a mark and
+ *     not '\''.  However those alternatives back off inside a run of letters, they only ever
+ *     read cur to ask "is it in U / W / '\''", answered "no" by the cut too.  Digits: as
+ *     cl100k.  OTHER/MARK prev: word prefix, word mark, or ` ?[^\s\p{L}\p{N}]+[\r\n/]*` (the
+ *     tail takes \r \n /): cur must be a digit or whitespace other than \r \n.
+ *
+ * So a word followed by a space, a newline (after a letter) or punctuation (after a letter),
+ * a number next to a non-number, and punctuation followed by a space, are cuts: real text
+ * (prose, code, CJK with its punctuation) has one every few characters.  A long run without
+ * any of these (one 10 MB word, a long digit string, a whitespace-only stretch) has none.
+ */
+
+#define M_RUN_O (B_OTHER | B_MARK)
+
+static int safe_between(int pattern, unsigned prev, uint8_t prev_b, unsigned cur, uint8_t cur_b)
+{
+    if (prev == B_SPACE || prev_b == '\'') return 0;
+    int cur_crlf = cur_b == '\r' || cur_b == '\n';
+    switch (pattern) {
+    case BPE_PATTERN_GPT2:
+        if (prev & M_L) return !(cur & M_L);
+        if (prev & B_NUM) return !(cur & B_NUM);
+        return !(cur & M_RUN_O);
+    case BPE_PATTERN_CL100K:
+        if (prev & M_L) return !(cur & M_L);
+        if (prev & B_NUM) return !(cur & B_NUM);
+        return (cur & B_NUM) || (cur == B_SPACE && !cur_crlf);
+    case BPE_PATTERN_O200K:
+        if (prev & M_L) return !(cur & (M_L | B_MARK)) && cur_b != '\'';
+        if (prev & B_NUM) return !(cur & B_NUM);
+        return (cur & B_NUM) || (cur == B_SPACE && !cur_crlf);
+    default:
+        return 0;
+    }
+}
+
+/* The start of the character that ends at i (i > 0): back over at most 3 continuation bytes. */
+static size_t char_start_before(const uint8_t *s, size_t i)
+{
+    size_t j = i - 1;
+    while (j > 0 && i - j < 4 && (s[j] & 0xC0) == 0x80) j--;
+    return j;
+}
+
+/* See bpe.h.  The largest p < len at which the rule above holds (scanning back from the end,
+ * so the cost is the distance to that cut), or 0. */
 size_t bpe_pretok_safe_cut(int pattern, const uint8_t *text, size_t len)
 {
+    if (!text || len < 2 || pattern < BPE_PATTERN_GPT2 || pattern > BPE_PATTERN_O200K) return 0;
+    size_t cur = char_start_before(text, len), nx;
+    unsigned cur_k = bit_at(text, len, cur, &nx);
+    while (cur > 0) {
+        size_t prev = char_start_before(text, cur);
+        unsigned prev_k = bit_at(text, len, prev, &nx);
+        if (nx == cur && safe_between(pattern, prev_k, text[prev], cur_k, text[cur])) return cur;
+        cur = prev;
+        cur_k = prev_k;
+    }
     return 0;
 }
