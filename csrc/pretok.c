@@ -110,6 +110,58 @@ static inline size_t run(const uint8_t *s, size_t len, size_t i, unsigned mask)
     return i;
 }
 
+/* ---- ASCII fast paths ------------------------------------------------------------------------
+ * Most pieces of real text are an ASCII word, maybe after a space.  Its end is found 8 bytes at
+ * a time with SWAR (the first byte outside a range, by counting trailing zeros), which saves
+ * the mispredicted loop exit of a byte loop on every short word.  A fast path stops at the
+ * first byte it does not handle; when that is a non-ASCII byte the general code takes over. */
+
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+/* The high bit of each byte of w that lies in [lo, hi] (lo <= hi < 0x80), 0 in the others.
+ * y has no high bits, so the per-byte additions never carry into the next byte. */
+static inline uint64_t bytes_in(uint64_t w, unsigned lo, unsigned hi)
+{
+    uint64_t y = w & ~HIGHS;
+    uint64_t ge_lo = y + ONES * (0x80 - lo);
+    uint64_t gt_hi = y + ONES * (0x7F - hi);
+    return ge_lo & ~gt_hi & ~w & HIGHS;
+}
+
+static inline size_t first_set_byte(uint64_t highs)
+{
+    return (size_t)__builtin_ctzll(highs) >> 3;         /* little-endian byte order */
+}
+
+static inline int is_ascii_letter(uint8_t b) { return (unsigned)((b | 0x20) - 'a') < 26u; }
+static inline int is_ascii_upper(uint8_t b) { return (unsigned)(b - 'A') < 26u; }
+static inline int is_ascii_lower(uint8_t b) { return (unsigned)(b - 'a') < 26u; }
+
+/* The end of the run of bytes in [lo, hi] starting at i, where fold is OR-ed into each byte
+ * first (0x20 folds A-Z onto a-z). */
+static inline size_t ascii_run(const uint8_t *s, size_t len, size_t i, unsigned fold,
+                               unsigned lo, unsigned hi)
+{
+    while (i + 8 <= len) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        uint64_t stop = ~bytes_in(w | (ONES * fold), lo, hi) & HIGHS;
+        if (stop) return i + first_set_byte(stop);
+        i += 8;
+    }
+    while (i < len && (unsigned)((s[i] | fold) - lo) <= hi - lo) i++;
+    return i;
+}
+
+/* The end of the \p{L} run at i. */
+static inline size_t run_letters(const uint8_t *s, size_t len, size_t i)
+{
+    i = ascii_run(s, len, i, 0x20, 'a', 'z');
+    if (i < len && s[i] >= 0x80) return run(s, len, i, M_L);
+    return i;
+}
+
 /* ---- pieces shared by the patterns ---------------------------------------------------------- */
 
 /* The whitespace run starting at pos (s[pos] is whitespace).  Returns its end e; *last is the
@@ -161,6 +213,11 @@ static size_t contraction_ci(const uint8_t *s, size_t len, size_t i)
 static size_t next_gpt2(const uint8_t *s, size_t len, size_t pos)
 {
     uint8_t b = s[pos];
+    if (b == ' ') {                                         /* fast: " word" */
+        if (pos + 1 < len && is_ascii_letter(s[pos + 1])) return run_letters(s, len, pos + 2);
+    } else if (is_ascii_letter(b)) {                        /* fast: "word" */
+        return run_letters(s, len, pos + 1);
+    }
     if (b == '\'' && pos + 1 < len) {                       /* case-sensitive contractions */
         uint8_t c = s[pos + 1];
         if (c == 's' || c == 'd' || c == 'm' || c == 't') return pos + 2;
@@ -180,7 +237,7 @@ static size_t next_gpt2(const uint8_t *s, size_t len, size_t pos)
             start = n2;
         }
     }
-    if (k & M_L) return run(s, len, start, M_L);
+    if (k & M_L) return run_letters(s, len, start);
     if (k & B_NUM) return run(s, len, start, B_NUM);
     if (k & M_O) return run(s, len, start, M_O);
     size_t last, crlf, e = space_run(s, len, pos, &last, &crlf);
@@ -211,17 +268,20 @@ static size_t num3(const uint8_t *s, size_t len, size_t i)
 static size_t next_cl100k(const uint8_t *s, size_t len, size_t pos)
 {
     uint8_t b = s[pos];
+    if (is_ascii_letter(b)) return run_letters(s, len, pos + 1);      /* fast: "word" */
+    if (b == ' ' && pos + 1 < len && is_ascii_letter(s[pos + 1]))     /* fast: " word" */
+        return run_letters(s, len, pos + 2);
     if (b == '\'') {
         size_t e = contraction_ci(s, len, pos);
         if (e) return e;
     }
     size_t n1;
     unsigned k = bit_at(s, len, pos, &n1);
-    if (k & M_L) return run(s, len, n1, M_L);
+    if (k & M_L) return run_letters(s, len, n1);
     /* [^\r\n\p{L}\p{N}]?+\p{L}++ : one prefix character, then letters (possessive: no retry) */
     if (!(k & B_NUM) && b != '\r' && b != '\n' && n1 < len) {
         size_t n2;
-        if (bit_at(s, len, n1, &n2) & M_L) return run(s, len, n2, M_L);
+        if (bit_at(s, len, n1, &n2) & M_L) return run_letters(s, len, n2);
     }
     if (k & B_NUM) return num3(s, len, n1);
     if (b == ' ' && n1 < len) {
@@ -269,10 +329,30 @@ static size_t with_contraction(const uint8_t *s, size_t len, size_t e)
     return e;
 }
 
+/* Fast path for an ASCII word at p: [A-Z]*[a-z]+ or [A-Z]+ (the first alternative's U*W+ on
+ * ASCII, else the second's U+), then a contraction.  Returns 0 when the word meets a
+ * non-ASCII byte (which might be a letter or a mark that changes the split), so the caller
+ * must use the general scanner. */
+static size_t ascii_word_o200k(const uint8_t *s, size_t len, size_t p)
+{
+    size_t q = is_ascii_lower(s[p]) ? p : ascii_run(s, len, p, 0, 'A', 'Z'), e;
+    if (q < len && is_ascii_lower(s[q])) e = ascii_run(s, len, q + 1, 0, 'a', 'z');
+    else e = q;
+    if (e < len && s[e] >= 0x80) return 0;
+    return with_contraction(s, len, e);
+}
+
 static size_t next_o200k(const uint8_t *s, size_t len, size_t pos)
 {
     uint8_t b = s[pos];
     size_t n1, a2, e;
+    if (is_ascii_letter(b)) {                                       /* fast: "word" */
+        e = ascii_word_o200k(s, len, pos);
+        if (e) return e;
+    } else if (b == ' ' && pos + 1 < len && is_ascii_letter(s[pos + 1])) {  /* " word" */
+        e = ascii_word_o200k(s, len, pos + 1);
+        if (e) return e;
+    }
     unsigned k = bit_at(s, len, pos, &n1);
     if (k & M_L) {                                  /* no prefix possible: a letter is not one */
         e = word_o200k(s, len, pos, &a2);
