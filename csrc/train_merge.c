@@ -376,43 +376,57 @@ static int delta_push(slice *s, uint64_t key, int64_t d, uint32_t word)
     return BPE_OK;
 }
 
-/* Rewrites word w with every (a, b) -> z, left to right without overlap, and records the
- * deltas.  Example: "hello" with counts 3, merge (l, l) -> L: old adjacencies touching a
- * merged position are (e,l) (l,l) (l,o): each -3; the word becomes h e L o and the new
- * adjacencies touching L are (e,L) (L,o): each +3, noted as held by w.  (h,e) is untouched.
+/* 1 if an occurrence of (a, b) starts at old position i of sym[0..n). */
+static int starts_pair(const uint32_t *sym, size_t n, size_t i, uint32_t a, uint32_t b)
+{
+    return i + 1 < n && sym[i] == a && sym[i + 1] == b;
+}
+
+/* Rewrites word w with every (a, b) -> z, left to right without overlap, in place (the write
+ * position j never passes the read position i), and records the deltas: minus each old
+ * adjacency touching a merged position, plus each new adjacency touching a new z, each once.
+ * Example: "hello" with count 3 and merge (l, l) -> L: (e,l) (l,l) (l,o) each -3; the word
+ * becomes h e L o; (e,L) and (L,o) each +3, noted as held by w; (h,e) is untouched.
+ * With "aaaa" and (a, a) -> A: (a,a) x3 each -1 ... the adjacency between two occurrences
+ * is counted once, as the left one of the second occurrence: A A gets (A,A) +1.
  * A word that no longer holds the pair (a stale list entry) is left alone. */
 static int merge_one_word(slice *s, uint32_t w)
 {
     words *ws = s->ws;
     uint32_t *sym = ws->sym + ws->off[w];
-    size_t n = ws->len[w];
-    int64_t c = (int64_t)ws->count[w];
-    uint32_t *nw = s->scratch, *flag = s->scratch + n;   /* flag: bit0 old, bit1 new */
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        flag[i] = 0;
-    for (size_t i = 0; i < n;) {
-        if (i + 1 < n && sym[i] == s->a && sym[i + 1] == s->b) {
-            flag[i] |= 1;
-            flag[i + 1] |= 1;
-            flag[m] |= 2;      /* m <= i: new position m is written at or before old i */
-            nw[m++] = s->z;
-            i += 2;
-        } else {
-            nw[m++] = sym[i++];
-        }
-    }
-    if (m == n)
+    const size_t n = ws->len[w];
+    const uint32_t a = s->a, b = s->b, z = s->z;
+    const int64_t c = (int64_t)ws->count[w];
+    size_t i = 0;
+    while (i + 1 < n && !(sym[i] == a && sym[i + 1] == b))
+        i++;
+    if (i + 1 >= n)
         return BPE_OK;
+    size_t j = i;              /* symbols before the first occurrence stay where they are */
+    uint32_t prev_old = i ? sym[i - 1] : 0;    /* old symbol before position i */
     int rc = BPE_OK;
-    for (size_t i = 0; i + 1 < n && rc == BPE_OK; i++)
-        if ((flag[i] | flag[i + 1]) & 1)
-            rc = delta_push(s, pair_key(sym[i], sym[i + 1]), -c, NO_WORD);
-    for (size_t j = 0; j + 1 < m && rc == BPE_OK; j++)
-        if ((flag[j] | flag[j + 1]) & 2)
-            rc = delta_push(s, pair_key(nw[j], nw[j + 1]), c, w);
-    memcpy(sym, nw, m * sizeof *sym);
-    ws->len[w] = (uint32_t)m;
+    while (i < n && rc == BPE_OK) {
+        if (!starts_pair(sym, n, i, a, b)) {
+            prev_old = sym[i];
+            sym[j++] = sym[i++];
+            continue;
+        }
+        rc = delta_push(s, pair_key(a, b), -c, NO_WORD);
+        if (i > 0 && rc == BPE_OK)
+            rc = delta_push(s, pair_key(prev_old, a), -c, NO_WORD);
+        if (j > 0 && rc == BPE_OK)
+            rc = delta_push(s, pair_key(sym[j - 1], z), c, w);
+        int next_is_pair = starts_pair(sym, n, i + 2, a, b);
+        if (i + 2 < n && !next_is_pair && rc == BPE_OK) {
+            rc = delta_push(s, pair_key(b, sym[i + 2]), -c, NO_WORD);
+            if (rc == BPE_OK)
+                rc = delta_push(s, pair_key(z, sym[i + 2]), c, w);
+        }
+        prev_old = b;
+        sym[j++] = z;
+        i += 2;
+    }
+    ws->len[w] = (uint32_t)j;
     return rc;
 }
 
