@@ -104,6 +104,24 @@ static size_t last_special_end(const bpe_trainer *t, const uint8_t *text, size_t
     return end;
 }
 
+/* A cut the trainer can prove safe for all three built-in patterns, used when
+ * bpe_pretok_safe_cut finds none: the largest p <= len with text[p-2] a visible ASCII
+ * character, text[p-1] == '\n' and text[p] an ASCII letter.  Why it is safe: the newline is
+ * a piece of its own or ends the piece before it (cl100k/o200k's punctuation[\r\n]*), both
+ * with and without the cut (no whitespace run precedes it, so "\s++$" at the cut matches just
+ * "\n"); and a piece that starts with a letter after a newline does not look behind it
+ * (the optional prefix of every letter rule excludes \n).  text[len] must be readable. */
+static size_t fallback_cut(const uint8_t *text, size_t len)
+{
+    for (size_t p = len; p >= 2; p--) {
+        uint8_t c = text[p], nl = text[p - 1], prev = text[p - 2];
+        if (nl == '\n' && prev > 0x20 && prev < 0x7f &&
+            ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')))
+            return p;
+    }
+    return 0;
+}
+
 /* A position in text[0..len) where it may be cut (see the top of the file), or 0. */
 static size_t find_cut(const bpe_trainer *t, const uint8_t *text, size_t len)
 {
@@ -112,6 +130,10 @@ static size_t find_cut(const bpe_trainer *t, const uint8_t *text, size_t len)
     size_t limit = keep > 1 ? (len > keep - 1 ? len - (keep - 1) : 0) : len;
     if (limit > seg) {
         size_t c = bpe_pretok_safe_cut(t->pattern, text + seg, limit - seg);
+        if (c == 0 && limit < len)
+            c = fallback_cut(text + seg, limit - seg);
+        else if (c == 0 && limit > seg + 1)
+            c = fallback_cut(text + seg, limit - seg - 1);
         if (c > 0)
             return seg + c;
     }
