@@ -295,3 +295,109 @@ def test_counting_in_blocks_equals_python_counting(tmp_path, name, pattern, rege
                 pytest.skip("C special-token matcher not merged")
             raise
         assert_same(got, want)
+
+
+# ---- bad input ---------------------------------------------------------------------------
+
+def test_missing_file_is_oserror_naming_it(tmp_path):
+    missing = tmp_path / "nope.txt"
+    with pytest.raises(OSError) as e:
+        train_bpe(missing, 300)
+    assert "nope.txt" in str(e.value)
+    good = tmp_path / "good.txt"
+    good.write_text("hello")
+    with pytest.raises(OSError) as e:
+        train_bpe([good, missing], 300)
+    assert "nope.txt" in str(e.value)
+    with pytest.raises(OSError):
+        train_bpe(tmp_path, 300)               # a directory
+
+
+def test_unreadable_file(tmp_path):
+    p = tmp_path / "secret.txt"
+    p.write_text("hello")
+    p.chmod(0)
+    try:
+        if os.access(p, os.R_OK):
+            pytest.skip("running as root: permissions do not stop reading")
+        with pytest.raises(PermissionError) as e:
+            train_bpe(p, 300)
+        assert "secret.txt" in str(e.value)
+    finally:
+        p.chmod(0o644)
+
+
+def test_c_count_file_reports_errno(tmp_path):
+    import errno
+    cfg = ffi.new("bpe_trainer_config *")
+    cfg.pattern = lib.BPE_PATTERN_GPT2
+    cfg.vocab_size = 300
+    t = ffi.new("bpe_trainer **")
+    assert lib.bpe_trainer_new(cfg, t) == lib.BPE_OK
+    try:
+        rc = lib.bpe_trainer_count_file(t[0], str(tmp_path / "x").encode(), ffi.NULL)
+        assert rc == lib.BPE_ERR_IO and ffi.errno == errno.ENOENT
+        rc = lib.bpe_trainer_count_file(t[0], str(tmp_path).encode(), ffi.NULL)
+        assert rc == lib.BPE_ERR_IO and ffi.errno == errno.EISDIR
+    finally:
+        lib.bpe_trainer_free(t[0])
+
+
+def test_bad_arguments(tmp_path):
+    p = tmp_path / "t.txt"
+    p.write_text("hello world")
+    with pytest.raises(ValueError, match="vocab_size"):
+        train_bpe(p, 255)
+    with pytest.raises(ValueError, match="vocab_size"):
+        train_bpe(p, 257, ["<a>", "<b>"])
+    with pytest.raises(TypeError):
+        train_bpe(p, "300")
+    with pytest.raises(TypeError):
+        train_bpe(p, 300, "<|endoftext|>")
+    with pytest.raises(ValueError):
+        train_bpe(p, 300, ["<a>", "<a>"])
+    with pytest.raises(ValueError):
+        train_bpe(p, 300, [""])
+    with pytest.raises(ValueError):
+        train_bpe(p, 300, pattern="(unclosed")
+    with pytest.raises(ValueError):
+        train_bpe(p, 300, num_threads=0)
+    with pytest.raises(TypeError):
+        train_bpe(12, 300)
+
+
+@pytest.mark.parametrize("pattern", ["gpt2", GPT2_PY])
+def test_empty_corpus(tmp_path, pattern):
+    p = tmp_path / "empty.txt"
+    p.write_bytes(b"")
+    specials = [] if pattern == "gpt2" and not c_special_ready() else ["<|endoftext|>"]
+    vocab, merges = train_bpe(p, 1000, specials, pattern=pattern)
+    assert merges == []
+    assert len(vocab) == 256 + len(specials)
+    assert vocab[65] == b"A"
+    if specials:
+        assert vocab[256] == b"<|endoftext|>"
+
+
+def test_corpus_runs_out_of_pairs(tmp_path):
+    p = tmp_path / "t.txt"
+    p.write_bytes(b"abcd")
+    vocab, merges = train_bpe(p, 1000, pattern=GPT2_PY)
+    assert merges == [(b"c", b"d"), (b"b", b"cd"), (b"a", b"bcd")]
+    assert len(vocab) == 259
+
+
+@pytest.mark.parametrize("pattern", ["gpt2", GPT2_PY])
+def test_long_line_without_spaces(tmp_path, pattern):
+    """A 1 MB pre-token must train (no timed assert); a 20 KB one matches the reference."""
+    if pattern == "gpt2" and not c_pretok_ready():
+        pytest.skip("C pre-tokenizer not merged")
+    rng = random.Random(7)
+    small = tmp_path / "small.txt"
+    small.write_text("".join(rng.choice("abcde") for _ in range(20_000)))
+    assert_same(train_bpe(small, 400, pattern=pattern, num_threads=2),
+                train_reference(small, 400, [], pattern=GPT2))
+    big = tmp_path / "big.txt"
+    big.write_text("".join(rng.choice("abcdefgh") for _ in range(1_000_000)) + "\n")
+    vocab, merges = train_bpe(big, 600, pattern=pattern, num_threads=2)
+    assert len(vocab) == 600 and len(merges) == 344
