@@ -84,7 +84,8 @@ def train_from_counts(counts, vocab_size: int, special_tokens=(), min_frequency=
         new_words = {}
         for word, c in words.items():
             w = merge_word(word, best) if best[0] in word else word
-            new_words[w] = new_words.get(w, 0) + c
+            if len(w) > 1:        # a single token has no pair and can never change again
+                new_words[w] = new_words.get(w, 0) + c
         words = new_words
     for s in special_tokens:
         vocab[len(vocab)] = s.encode("utf-8")

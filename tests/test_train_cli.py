@@ -139,10 +139,12 @@ def test_hf_json_format(tmp_path, corpus):
 def test_sigint_stops_training_promptly(tmp_path):
     """Ctrl-C: KeyboardInterrupt within about a second, threads joined, no output file."""
     big = tmp_path / "big.txt"
-    text = read_corpus("en_books", 3_000_000)
-    with open(big, "w", encoding="utf-8") as f:
-        for _ in range(8):
-            f.write(text)
+    # 24 MB of random "words" over 16 letters: millions of distinct pre-tokens, so both
+    # counting and merging take a while
+    table = bytes((b" " if i % 6 == 0 else bytes([97 + i % 16])) [0] for i in range(256))
+    with open(big, "wb") as f:
+        for _ in range(6):
+            f.write(os.urandom(4 << 20).translate(table))
     out = tmp_path / "out.json"
     script = ("import sys, bpe_cffi\n"
               "try:\n"
