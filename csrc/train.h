@@ -24,7 +24,8 @@
 typedef struct train_word_slot {
     uint64_t hash;      /* full hash of the bytes; 0 marks an empty slot */
     uint64_t count;     /* occurrences of the word */
-    uint64_t offset;    /* start of the bytes in the arena */
+    uint64_t offset;    /* len <= 8: the bytes themselves (zero padded); else their start in
+                           the arena.  Most pre-tokens are short: no second cache miss. */
     uint32_t len;       /* length in bytes (> 0) */
     uint32_t pad;
 } train_word_slot;
@@ -37,6 +38,12 @@ typedef struct train_words {
     size_t arena_len;
     size_t arena_cap;
 } train_words;
+
+/* The bytes of a slot's word (inline or in the arena). */
+static inline const uint8_t *train_slot_bytes(const train_words *w, const train_word_slot *s)
+{
+    return s->len <= 8 ? (const uint8_t *)&s->offset : w->arena + s->offset;
+}
 
 uint64_t train_hash_bytes(const uint8_t *p, size_t len);   /* never 0 */
 void train_words_init(train_words *w);

@@ -481,7 +481,7 @@ static int build_words(state *st)
         const train_word_slot *s = &tw->slots[i];
         if (s->hash == 0 || s->len < 2)
             continue;
-        const uint8_t *p = tw->arena + s->offset;
+        const uint8_t *p = train_slot_bytes(tw, s);
         ws->off[ws->n] = pos;
         ws->len[ws->n] = s->len;
         ws->count[ws->n] = s->count;

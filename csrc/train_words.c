@@ -2,8 +2,9 @@
  * train_words.c - the word table of the trainer: distinct pre-tokens with their counts.
  *
  * Data structure: an open-addressing hash table (linear probing, capacity a power of two,
- * load factor <= 1/2) of slots {hash, count, offset, len}; a word's bytes live in one
- * append-only arena at [offset, offset + len).  Each counting thread owns one table, so no
+ * load factor <= 1/2) of slots {hash, count, offset, len}; a word of up to 8 bytes is kept in
+ * the slot itself (in offset, zero padded), a longer one in an append-only arena at
+ * [offset, offset + len).  Each counting thread owns one table, so no
  * locking; at the end the tables are combined into one (train_words_merge_into).
  *
  * Invariants: a slot is empty iff hash == 0 (train_hash_bytes never returns 0); no two
@@ -107,20 +108,26 @@ static int add_hashed(train_words *w, uint64_t h, const uint8_t *p, size_t len, 
     }
     size_t mask = w->capacity - 1;
     size_t j = h & mask;
+    uint64_t inline_key = 0;
+    if (len <= 8)
+        memcpy(&inline_key, p, len);
     for (;;) {
         train_word_slot *s = &w->slots[j];
         if (s->hash == 0)
             break;
-        if (s->hash == h && s->len == len && memcmp(w->arena + s->offset, p, len) == 0) {
+        if (s->hash == h && s->len == len &&
+            (len <= 8 ? s->offset == inline_key : memcmp(w->arena + s->offset, p, len) == 0)) {
             s->count += count;
             return BPE_OK;
         }
         j = (j + 1) & mask;
     }
-    uint64_t offset;
-    int rc = arena_append(w, p, len, &offset);
-    if (rc != BPE_OK)
-        return rc;
+    uint64_t offset = inline_key;
+    if (len > 8) {
+        int rc = arena_append(w, p, len, &offset);
+        if (rc != BPE_OK)
+            return rc;
+    }
     train_word_slot *s = &w->slots[j];
     s->hash = h;
     s->count = count;
@@ -141,7 +148,7 @@ int train_words_merge_into(train_words *dst, const train_words *src)
         const train_word_slot *s = &src->slots[i];
         if (s->hash == 0)
             continue;
-        int rc = add_hashed(dst, s->hash, src->arena + s->offset, s->len, s->count);
+        int rc = add_hashed(dst, s->hash, train_slot_bytes(src, s), s->len, s->count);
         if (rc != BPE_OK)
             return rc;
     }
