@@ -284,9 +284,13 @@ def train_bpe(input_path, vocab_size, special_tokens=None, *, pattern="gpt2",
     return vocab, merges
 
 
-def train_tokenizer(input_path, vocab_size, special_tokens=None, **options):
-    """Train (as train_bpe, same options) and return a bpe_cffi Tokenizer."""
-    from .tokenizer import Tokenizer
+def train_tokenizer(input_path, vocab_size, special_tokens=None, *, cls=None, **options):
+    """Train (as train_bpe, same options) and return a Tokenizer (or an instance of cls, a
+    Tokenizer subclass).  Tokenizer.train is this function as a classmethod:
+    ``Tokenizer.train = classmethod(lambda cls, *a, **k: train_tokenizer(*a, cls=cls, **k))``.
+    """
+    if cls is None:
+        from .tokenizer import Tokenizer as cls
     pattern = options.get("pattern", "gpt2")
     vocab, merges = train_bpe(input_path, vocab_size, special_tokens, **options)
-    return Tokenizer(vocab, merges, list(special_tokens or []), pattern=pattern)
+    return cls(vocab, merges, list(special_tokens or []), pattern=pattern)

@@ -126,14 +126,45 @@ def test_hf_json_format(tmp_path, corpus):
     from bpe_cffi import load
     from bpe_cffi.train import train_tokenizer
     out = tmp_path / "tok.json"
-    r = cli(corpus, "--vocab-size", 1200, "-q", "-o", out)
+    eot = "<|endoftext|>"
+    r = cli(corpus, "--vocab-size", 1200, "--special-token", eot, "-q", "-o", out)
     assert r.returncode == 0, r.stderr
     ours = load(out)
     hf = tokenizers.Tokenizer.from_file(str(out))
     text = corpus.read_text(encoding="utf-8")[:50_000]
-    assert hf.encode(text).ids == ours.encode(text)
-    direct = train_tokenizer(corpus, 1200)
-    assert direct.encode(text) == ours.encode(text)
+    text = text[:20_000] + eot + text[20_000:]
+    ids = ours.encode(text)
+    assert ids.count(1199) >= 1                  # the special token, last id
+    assert hf.encode(text).ids == ids
+    assert ours.decode(ids) == text
+    direct = train_tokenizer(corpus, 1200, [eot])
+    assert direct.encode(text) == ids
+    vocab, merges = train_bpe(corpus, 1200, [eot])
+    assert direct.merges == merges and direct.vocab == vocab
+
+
+@pytest.mark.parametrize("name", ["en_books", "multilingual", "code", "web"])
+def test_tiktoken_ranks_vs_merge_list(name, tmp_path):
+    """tiktoken ranks by the merged token, not by the merge list: count the pieces whose
+    encoding differs between tiktoken (from our .tiktoken) and our merge-list Tokenizer."""
+    tiktoken = pytest.importorskip("tiktoken")
+    try:
+        from bpe_cffi import Tokenizer
+    except ImportError:
+        pytest.skip("bpe_cffi.Tokenizer (pyapi) not merged yet")
+    p = tmp_path / "c.txt"
+    p.write_text(read_corpus(name, 300_000), encoding="utf-8")
+    vocab, merges = train_bpe(p, 3000, ["<|endoftext|>"])
+    ours = Tokenizer(vocab, merges, ["<|endoftext|>"])
+    ranks = {tok: i for i, tok in vocab.items() if i < 2999}
+    enc = tiktoken.Encoding("trained", pat_str=GPT2, mergeable_ranks=ranks, special_tokens={})
+    import regex
+    pieces = set()
+    for seg in p.read_text(encoding="utf-8").split("<|endoftext|>"):
+        pieces.update(regex.findall(GPT2, seg))
+    differ = [pc for pc in pieces if enc.encode_ordinary(pc) != ours.encode_ordinary(pc)]
+    print(f"{name}: {len(differ)} of {len(pieces)} distinct pieces differ; e.g. {differ[:3]}")
+    assert len(differ) <= len(pieces) // 200
 
 
 def test_sigint_stops_training_promptly(tmp_path):
