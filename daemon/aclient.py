@@ -117,8 +117,8 @@ class AsyncClient:
                     order = [ep] if pinned else [(ep + i) % len(self._socks)
                                                  for i in range(len(self._socks))]
                     for e in order:
-                        try:
-                            self._socks[e].send(packed, zmq.NOBLOCK)
+                        try:   # zmq.asyncio reports EAGAIN through the returned future
+                            await self._socks[e].send(packed, zmq.NOBLOCK)
                             ep, sent = e, True
                             break
                         except zmq.Again:

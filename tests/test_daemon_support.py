@@ -205,3 +205,30 @@ class Daemon:
                 f.close()
             except Exception:
                 pass
+
+
+LONG = bool(os.environ.get("BPE_CFFI_LONG"))
+CORPORA_DIR = Path(os.environ.get("BPE_CFFI_CORPORA_DIR", VOCAB_DIR.parent / "corpora"))
+
+
+def corpus_texts(n, seed=0, max_len=2000):
+    """n texts of 1..max_len characters cut from the shared corpora (all four kinds), or a
+    synthetic multilingual mix when they are absent."""
+    import lzma
+    import random
+    rng = random.Random(seed)
+    pool = []
+    for name in ("en_books", "multilingual", "code", "web"):
+        p = CORPORA_DIR / f"{name}.txt.xz"
+        if p.exists():
+            with lzma.open(p, "rb") as f:
+                pool.append(f.read(400_000).decode("utf-8", "ignore"))
+    if not pool:
+        pool = ["Hello wörld! ünïcödé 漢字かな 🎉 def f(x):\n    return x * 2  # 12345\n" * 200]
+    out = []
+    for _ in range(n):
+        src = rng.choice(pool)
+        k = rng.randrange(1, max_len)
+        a = rng.randrange(0, max(1, len(src) - k))
+        out.append(src[a:a + k])
+    return out
