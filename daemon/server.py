@@ -770,6 +770,10 @@ class Server:
                         self._send(d[0], d[1], P.packb(P.error_reply(
                             d[2], P.E_SHUTTING_DOWN, "daemon stopping; stream dropped")))
                     if not inflight or time.monotonic() > deadline:
+                        # a last look for requests that arrived meanwhile (they are told
+                        # the daemon is stopping) before the socket closes
+                        if self._read_frontend(pending) and time.monotonic() <= deadline:
+                            continue
                         break
                 elif time.monotonic() > deadline:
                     break
