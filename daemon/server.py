@@ -27,6 +27,7 @@ import collections
 import ipaddress
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -257,6 +258,46 @@ class StreamStore:
         return out
 
 
+# ---- a packed-ids fast path for bpe_cffi.Tokenizer -------------------------------------------
+
+def fast_encoder(tok):
+    """For a bpe_cffi.Tokenizer whose pattern runs in C: a function text -> (packed uint32 LE
+    bytes, count) for the default options (every special token allowed), copying the ids
+    straight out of C instead of building a list of ints and packing it again (that is most
+    of the per-request cost).  None for any other tokenizer, on a big-endian host, or if a
+    self-check against tok.encode disagrees; the caller then uses tok.encode."""
+    try:
+        from bpe_cffi._native import ffi, lib
+        handle, mode = tok._handle, tok._all_mode
+        if not getattr(tok, "_cpattern", 0) or sys.byteorder != "little":
+            return None
+    except Exception:
+        return None
+    new, encode, free, buffer = ffi.new, lib.bpe_encode, lib.bpe_ids_free, ffi.buffer
+
+    def enc(text):
+        data = text.encode("utf-8")
+        out = new("bpe_ids *")
+        info = new("size_t *")
+        rc = encode(handle(), data, len(data), mode, out, info)
+        try:
+            if rc:
+                return None              # let tok.encode raise the precise error
+            n = out.len
+            return (buffer(out.ids, 4 * n)[:] if n else b""), n
+        finally:
+            free(out)
+
+    try:
+        for sample in ("Hello wörld <|endoftext|> 123\n\n  x  ", "🎉 '$ 漢字 the end"):
+            got = enc(sample)
+            if got is None or P.bin_to_ids(got[0]) != list(tok.encode(sample)):
+                return None
+    except Exception:
+        return None
+    return enc
+
+
 # ---- request handling (runs in worker threads) ----------------------------------------------
 
 _SPECIAL_WORDS = ("all", "none")
@@ -280,15 +321,20 @@ class Handler:
                     P.OP_STATS: self.op_stats}
         self._info = None
         self._max_token_bytes = {}
+        self.fast = {name: fast_encoder(tok) for name, tok in tokenizers.items()}
 
     # -- entry point ---------------------------------------------------------------------------
-    def handle(self, ident, flag, payload):
-        """Returns a list of (identity, flag, reply bytes); usually one, for this request."""
+    def handle(self, ident, flag, payload, inline=False):
+        """Returns a list of (identity, flag, reply bytes); usually one, for this request.
+        inline=True (the main loop, small payloads only): returns None for the stream ops,
+        which always run in a worker."""
         req_id, op = None, "?"
         try:
             req = self.parse(payload)
             req_id = self.request_id(req)
             op = req.get("op")
+            if inline and op in (P.OP_CHUNK, P.OP_STREAM_ABORT):
+                return None
             fn = self.ops.get(op) if isinstance(op, str) else None
             if fn is None:
                 op = "?"
@@ -424,11 +470,22 @@ class Handler:
             raise _encode_error(exc)
 
     # -- ops -----------------------------------------------------------------------------------
+    def encode_packed(self, opts, text):
+        """(ids in the requested format, count), by the fast path when it applies."""
+        name, allowed, disallowed, fmt = opts
+        fast = self.fast.get(name)
+        if fast is not None and allowed == "all" and disallowed == () and fmt == P.IDS_BIN:
+            got = fast(text)
+            if got is not None:
+                return got
+        ids = self.encode(opts, text)
+        return self.out_ids(ids, fmt), len(ids)
+
     def op_encode(self, req, ident, flag, req_id):
         opts = self.encode_opts(req)
         text = self.text(req.get("text"))
-        ids = self.encode(opts, text)
-        return {"ids": self.out_ids(ids, opts[3]), "n": len(ids)}
+        ids, n = self.encode_packed(opts, text)
+        return {"ids": ids, "n": n}
 
     def op_encode_batch(self, req, ident, flag, req_id):
         opts = self.encode_opts(req)
@@ -440,6 +497,10 @@ class Handler:
         texts = [self.text(t, f"texts[{i}]") for i, t in enumerate(texts)]
         name, allowed, disallowed, fmt = opts
         tok = self.tokenizers[name]
+        if len(texts) <= 64 and self.fast.get(name) is not None:
+            # small batches: the worker threads already spread requests over the cores
+            out = [self.encode_packed(opts, t) for t in texts]
+            return {"ids": [x[0] for x in out], "n": [x[1] for x in out]}
         if disallowed == ():
             try:
                 out = tok.encode_batch(texts, allowed_special=allowed)
@@ -502,11 +563,43 @@ class Handler:
                 n_bytes = len(text.encode("utf-8"))
                 lower = -(-n_bytes // mtb)
                 return {"count": lower, "exceeded": True, "exact": False}
-        n = len(self.encode(opts, text))
+            streamed = self.count_until(opts, text, limit)
+            if streamed is not None:
+                n, exceeded = streamed
+                return {"count": n, "exceeded": exceeded, "exact": not exceeded}
+        fast = self.fast.get(opts[0])
+        got = fast(text) if fast is not None and opts[1] == "all" and opts[2] == () else None
+        n = got[1] if got is not None else len(self.encode(opts, text))
         out = {"count": n, "exact": True}
         if limit is not None:
             out["exceeded"] = n > limit
         return out
+
+    COUNT_SLICE = 1 << 16
+
+    def count_until(self, opts, text, limit):
+        """For a long text and the default options: feeds the text to the tokenizer's
+        streaming encoder (encode_iterable) slice by slice and stops as soon as more than
+        `limit` ids came out.  Returns (count, exceeded) - count is exact when not exceeded -
+        or None when no streaming encoder applies."""
+        name, allowed, disallowed, _ = opts
+        tok = self.tokenizers[name]
+        step = self.COUNT_SLICE
+        if (len(text) <= 2 * step or allowed != "all" or disallowed != ()
+                or not hasattr(tok, "encode_iterable")):
+            return None
+        n = 0
+        it = tok.encode_iterable(text[i:i + step] for i in range(0, len(text), step))
+        try:
+            for _ in it:
+                n += 1
+                if n > limit:
+                    return n, True
+        finally:
+            close = getattr(it, "close", None)
+            if close:
+                close()
+        return n, False
 
     def max_token_bytes(self, name):
         """The longest token's byte length, learnt once per tokenizer (0 if unknown)."""
@@ -514,6 +607,11 @@ class Handler:
         if v is None:
             tok = self.tokenizers[name]
             v = getattr(tok, "max_token_bytes", None)
+            if not isinstance(v, int):
+                try:
+                    v = max(len(b) for b in tok.vocab.values())
+                except Exception:
+                    v = None
             if not isinstance(v, int):
                 v = 0
                 try:
@@ -575,9 +673,9 @@ class Handler:
             except UnicodeDecodeError as exc:
                 raise RequestError(P.E_BAD_UTF8, f"streamed document is not valid UTF-8: {exc}")
             del joined
-            ids = self.encode(opts, text)
+            ids, n = self.encode_packed(opts, text)
             reply = {"id": final_id, "ok": True, "stream": sid, "final": True,
-                     "ids": self.out_ids(ids, opts[3]), "n": len(ids)}
+                     "ids": ids, "n": n}
         except RequestError as exc:
             self.stats.count(P.OP_CHUNK, exc.code)
             reply = P.error_reply(final_id, exc.code, exc.message)
@@ -662,6 +760,7 @@ class Server:
         self.limits = limits or P.Limits()
         self.curve = (curve_secret_key, curve_authorized_keys)
         self.drain_timeout = drain_timeout
+        self.inline_max = 1024       # payloads up to this size are answered by the main loop
         self.ctx = context or zmq.Context()
         self._own_ctx = context is None
         self.stats = Stats()
@@ -867,9 +966,22 @@ class Server:
             self._send(ident, flag, P.packb(P.error_reply(
                 _peek_id(payload, self.limits), P.E_BUSY, "more than "
                 f"{self.limits.max_inflight_per_client} requests in flight from this client")))
+        elif len(payload) <= self.inline_max and self._inline(ident, flag, payload, t0):
+            pass
         else:
             pending.append((ident, flag, payload, t0))
             self._queued_bytes += len(payload)
+        return True
+
+    def _inline(self, ident, flag, payload, t0):
+        """Answers a small request in the main loop (bounded work: a text under inline_max
+        bytes), saving two thread hand-offs; False for a stream op, which goes to a worker."""
+        replies = self.handler.handle(ident, flag, payload, inline=True)
+        if replies is None:
+            return False
+        for r_ident, r_flag, reply in replies:
+            self._send(r_ident, r_flag, reply)
+        self.stats.latencies.append(time.perf_counter() - t0)
         return True
 
     def _send(self, ident, flag, reply):

@@ -96,6 +96,8 @@ def test_batch_decode_count(daemon, refs, texts):
         batch = texts[:40]
         assert c.encode_batch(batch) == [tok.encode(t) for t in batch]
         assert c.encode_batch([]) == []
+        many = texts[:150]                      # a big batch: the tokenizer's encode_batch
+        assert c.encode_batch(many) == [tok.encode(t) for t in many]
         for t in batch[:10]:
             ids = tok.encode(t)
             assert c.decode(ids) == tok.decode(ids)
