@@ -68,7 +68,8 @@ def resolve_loader(spec):
 
 
 def run(args):
-    from .server import serve
+    from .server import check_bind_security, serve
+    check_bind_security(args.bind, args.curve_secret_key, args.curve_authorized_keys)
     loader = resolve_loader(args.loader)
     toks = {name: loader(path) for name, path in parse_tokenizer_args(args.tokenizer)}
     lim = {}

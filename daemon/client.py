@@ -164,13 +164,6 @@ class Client:
     def __exit__(self, *exc):
         self.close()
 
-    def __del__(self):  # pragma: no cover - best effort
-        try:
-            if not self._closed and not self._own_ctx:
-                self.close()
-        except Exception:
-            pass
-
     # -- the request engine --------------------------------------------------------------------
     def submit(self, msg, ep=None):
         """Sends a request (a dict without "id"); returns its id.  ep pins an endpoint."""

@@ -72,6 +72,16 @@ def is_loopback_endpoint(endpoint: str) -> bool:
         return False
 
 
+def check_bind_security(bind, curve_secret_key, curve_authorized_keys):
+    """ValueError unless the endpoint is loopback or CURVE is fully configured."""
+    if (curve_secret_key is None) != (curve_authorized_keys is None):
+        raise ValueError("CURVE needs both --curve-secret-key and --curve-authorized-keys")
+    if curve_secret_key is None and not is_loopback_endpoint(bind):
+        raise ValueError(f"refusing to listen on {bind} without CURVE authentication: "
+                         "bind to 127.0.0.1 or give --curve-secret-key FILE and "
+                         "--curve-authorized-keys DIR")
+
+
 def _bindable(endpoint: str) -> str:
     """tcp://host:0 means 'any free port', which ZeroMQ spells tcp://host:*."""
     if endpoint.startswith("tcp://") and endpoint.endswith(":0"):
@@ -747,12 +757,7 @@ class Server:
                  context=None):
         if not tokenizers:
             raise ValueError("at least one tokenizer is needed")
-        if (curve_secret_key is None) != (curve_authorized_keys is None):
-            raise ValueError("CURVE needs both --curve-secret-key and --curve-authorized-keys")
-        if curve_secret_key is None and not is_loopback_endpoint(bind):
-            raise ValueError(f"refusing to listen on {bind} without CURVE authentication: "
-                             "bind to 127.0.0.1 or give --curve-secret-key FILE and "
-                             "--curve-authorized-keys DIR")
+        check_bind_security(bind, curve_secret_key, curve_authorized_keys)
         self.tokenizers = dict(tokenizers)
         self.default = next(iter(self.tokenizers))
         self.bind_addr = bind
@@ -1033,7 +1038,10 @@ class Server:
 
 
 def _peek_id(payload, limits):
-    """The request id, for the rare replies the main loop sends itself (or None)."""
+    """The request id, for the rare replies the main loop sends itself (or None; a big
+    payload is not unpacked here, to keep the loop responsive)."""
+    if len(payload) > 65536:
+        return None
     try:
         req = P.unpackb(payload, limits)
         rid = req.get("id") if isinstance(req, dict) else None

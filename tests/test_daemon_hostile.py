@@ -384,14 +384,31 @@ def test_sigterm_with_frozen_client_still_exits(path):
         d.stop()
 
 
-def test_refuses_non_loopback_without_curve(path):
+@pytest.mark.parametrize("entry, bind", [
+    (["-m", "bpe_cffi.daemon"], "tcp://0.0.0.0:0"), (["-m", "bpe_cffi.daemon"], "tcp://*:0"),
+    (["-m", "bpe_cffi.daemon"], "tcp://[::]:0"), (["-m", "bpe_cffi", "serve"], "tcp://*:0")])
+def test_refuses_non_loopback_without_curve(path, entry, bind):
     env = dict(os.environ, PYTHONPATH=str(TESTS))
-    r = subprocess.run([sys.executable, "-m", "bpe_cffi.daemon", "--tokenizer",
-                        f"cl100k={path}", "--bind", "tcp://0.0.0.0:0", "--loader",
-                        "test_daemon_support:load"],
+    r = subprocess.run([sys.executable] + entry + ["--tokenizer", f"cl100k={path}", "--bind",
+                                                   bind, "--loader", "test_daemon_support:load"],
                        capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 1
-    assert "CURVE" in r.stderr and r.stdout == ""
+    assert "refusing" in r.stderr and "CURVE" in r.stderr and r.stdout == ""
+    r = subprocess.run([sys.executable] + entry + ["--tokenizer", f"cl100k={path}", "--bind",
+                                                   bind, "--curve-secret-key", "x"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 1 and "both" in r.stderr          # half a CURVE setup
+
+
+def test_sigint_exits_zero(path, tok):
+    d = Daemon({"cl100k": path}, workers=1)
+    try:
+        with Client(d.endpoint) as c:
+            assert c.encode("before") == tok.encode("before")
+        os.kill(d.pid, signal.SIGINT)
+        assert d.proc.wait(30) == 0
+    finally:
+        d.stop()
 
 
 def test_loopback_detection():
