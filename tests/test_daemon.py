@@ -383,3 +383,21 @@ def test_cli_registers_serve():
     args = build_parser().parse_args(["serve", "--tokenizer", "a=b", "--bind",
                                       "tcp://127.0.0.1:0"])
     assert args.func.__module__ == "bpe_cffi.daemon.cli"
+
+
+def test_async_client_timeouts_and_failover(daemon, refs):
+    tok = refs["cl100k"]
+    dead = "tcp://127.0.0.1:1"                 # nothing listens there (loopback only)
+
+    async def main():
+        async with AsyncClient(dead, timeout=0.3, retries=1) as c:
+            with pytest.raises(DaemonTimeout):
+                await c.encode("nobody")
+        async with AsyncClient([dead, daemon.endpoint], timeout=2, retries=2) as c:
+            got = await asyncio.gather(*(c.encode(f"text {i}") for i in range(20)))
+            assert got == [tok.encode(f"text {i}") for i in range(20)]
+
+    asyncio.run(main())
+    with Client([dead, daemon.endpoint], timeout=2, retries=2) as c:
+        assert [c.encode(f"t {i}") for i in range(10)] == [tok.encode(f"t {i}")
+                                                              for i in range(10)]
