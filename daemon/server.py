@@ -23,6 +23,7 @@ Invariants:
   - stream state lives in StreamStore, keyed by (identity, stream id), bounded in count, bytes
     and idle time; only StreamStore's lock guards it.
 """
+import codecs
 import collections
 import ipaddress
 import os
@@ -139,28 +140,40 @@ class Stats:
 # ---- streams ---------------------------------------------------------------------------------
 
 class _Stream:
-    """One streamed document being buffered.
+    """One streamed document.
 
-    parts: seq -> bytes of every chunk received so far (any order);  nbytes: their total;
-    final_seq: seq of the chunk flagged final, None until it arrives;  opts: the options of
-    chunk 0 (None until it arrives);  deferred: (identity, flag, request id) of the final chunk
-    when it arrived before some earlier chunk, answered when the last gap fills;
-    failed: (code, message) once the stream is dead (a tombstone holding no data)."""
+    parts: seq -> bytes of chunks received but not yet consumed (any order);  next_seq: the
+    next seq to consume (chunks are consumed strictly in order, by one worker at a time:
+    busy);  final_seq: seq of the chunk flagged final, None until it arrives;  opts: the
+    options of chunk 0;  deferred: (identity, flag, request id) of the final chunk when it
+    arrived before an earlier one (answered when the stream completes);  failed: (code,
+    message) once the stream is dead (a tombstone holding no data).
+    Consumer state (touched only by the busy worker): dec, the incremental UTF-8 validator;
+    tail, bytes not yet turned into ids (incremental mode) or every consumed byte (buffered
+    mode, as a list);  n_out: ids sent so far.  nbytes: bytes held (parts + tail/buffer)."""
 
-    __slots__ = ("parts", "nbytes", "final_seq", "opts", "deferred", "failed", "touched")
+    __slots__ = ("parts", "next_seq", "busy", "nbytes", "final_seq", "opts", "deferred",
+                 "failed", "touched", "dec", "tail", "buf", "n_out")
 
     def __init__(self, now):
         self.parts = {}
+        self.next_seq = 0
+        self.busy = False
         self.nbytes = 0
         self.final_seq = None
         self.opts = None
         self.deferred = None
         self.failed = None
         self.touched = now
+        self.dec = codecs.getincrementaldecoder("utf-8")("strict")
+        self.tail = b""
+        self.buf = []
+        self.n_out = 0
 
 
 class StreamStore:
-    """Per-(identity, stream id) buffers, bounded by Limits (count, bytes, idle time)."""
+    """Per-(identity, stream id) state, bounded by Limits (count, bytes, idle time).  Only
+    self.lock guards the dict and the fields the adders touch (parts, next_seq, busy, ...)."""
 
     def __init__(self, limits):
         self.limits = limits
@@ -172,32 +185,35 @@ class StreamStore:
     def __len__(self):
         return len(self.streams)
 
-    def _drop_data(self, key, st):
+    def _drop_data(self, st):
         self.total_bytes -= st.nbytes
         st.parts = {}
         st.nbytes = 0
+        st.tail = b""
+        st.buf = []
 
     def _remove(self, key):
-        st = self.streams.pop(key)
-        self._drop_data(key, st)
+        st = self.streams.pop(key, None)
+        if st is None:
+            return None
+        self._drop_data(st)
         self.per_client[key[0]] -= 1
         if self.per_client[key[0]] <= 0:
             del self.per_client[key[0]]
         return st
 
-    def _fail(self, key, st, code, message):
-        """Turn the stream into a tombstone; returns its deferred final (to answer) or None."""
-        self._drop_data(key, st)
+    def _fail(self, st, code, message):
+        """Turns the stream into a tombstone; returns its deferred final (to answer) or None."""
+        self._drop_data(st)
         st.failed = (code, message)
         d, st.deferred = st.deferred, None
         return d
 
     def add(self, ident, flag, req_id, stream_id, seq, data, final, opts, now):
         """Records one chunk.  Returns (status, extra):
-          ("ack", None)        - stored; the chunk's reply is a plain ack;
-          ("defer", None)      - the final chunk arrived before an earlier one: no reply yet;
-          ("complete", (opts, data, deferred)) - all chunks are in: encode data; deferred is
-                                 the final chunk's (identity, flag, id) if it is not this one;
+          ("ack", None)      - stored (or a resent duplicate); reply with an empty ack;
+          ("defer", None)    - stored final chunk that waits for earlier ones: no reply yet;
+          ("consume", st)    - this worker now owns consumption (st.busy): run consume();
           ("error", (code, message, deferred)) - this chunk fails; deferred (if any) too."""
         lim = self.limits
         key = (ident, stream_id)
@@ -214,22 +230,21 @@ class StreamStore:
             st.touched = now
             if st.failed:
                 return "error", (st.failed[0], st.failed[1], None)
-            if seq in st.parts:
+            if seq in st.parts or seq < st.next_seq:
                 return "ack", None                         # a resent duplicate
             if st.final_seq is not None and (seq > st.final_seq or final):
-                d = self._fail(key, st, P.E_STREAM, f"chunk {seq} after final chunk "
-                               f"{st.final_seq}")
+                d = self._fail(st, P.E_STREAM, f"chunk {seq} after final chunk {st.final_seq}")
+                return "error", (P.E_STREAM, st.failed[1], d)
+            if final and (any(s > seq for s in st.parts) or st.next_seq > seq + 1):
+                d = self._fail(st, P.E_STREAM, f"final chunk {seq} but chunks after it were "
+                               "received")
                 return "error", (P.E_STREAM, st.failed[1], d)
             if st.nbytes + len(data) > lim.max_stream_bytes:
-                d = self._fail(key, st, P.E_TOO_LARGE, "streamed document over "
+                d = self._fail(st, P.E_TOO_LARGE, "streamed document over "
                                f"{lim.max_stream_bytes} bytes")
                 return "error", (P.E_TOO_LARGE, st.failed[1], d)
             if self.total_bytes + len(data) > lim.max_stream_total_bytes:
                 return "error", (P.E_BUSY, "stream buffers full; retry later", None)
-            if final and any(s > seq for s in st.parts):
-                d = self._fail(key, st, P.E_STREAM, f"final chunk {seq} but chunks after it "
-                               "were received")
-                return "error", (P.E_STREAM, st.failed[1], d)
             st.parts[seq] = data
             st.nbytes += len(data)
             self.total_bytes += len(data)
@@ -237,14 +252,50 @@ class StreamStore:
                 st.opts = opts
             if final:
                 st.final_seq = seq
-            if st.final_seq is None or len(st.parts) != st.final_seq + 1:
-                if final:
-                    st.deferred = (ident, flag, req_id)
-                    return "defer", None
-                return "ack", None
-            joined = b"".join(st.parts[i] for i in range(st.final_seq + 1))
-            self._remove(key)
-            return "complete", (st.opts, joined, st.deferred)
+            if not st.busy and st.next_seq in st.parts:
+                st.busy = True
+                return "consume", st
+            if final:
+                st.deferred = (ident, flag, req_id)
+                return "defer", None
+            return "ack", None
+
+    def take(self, st):
+        """The next chunk to consume (seq, data, is_final), or None - then st.busy is
+        released.  Called by the busy worker only."""
+        with self.lock:
+            if st.failed:
+                st.busy = False
+                return None
+            data = st.parts.pop(st.next_seq, None)
+            if data is None:
+                st.busy = False
+                return None
+            seq = st.next_seq
+            st.next_seq += 1
+            return seq, data, seq == st.final_seq
+
+    def account(self, st, delta):
+        with self.lock:
+            if not st.failed:
+                st.nbytes += delta
+                self.total_bytes += delta
+
+    def finish(self, key, st):
+        """The stream completed: forget it; returns the deferred final chunk (or None)."""
+        with self.lock:
+            d, st.deferred = st.deferred, None
+            if self.streams.get(key) is st:
+                self._remove(key)
+            return d
+
+    def fail(self, key, st, code, message):
+        """A consumer error: tombstone the stream; returns the deferred final (or None)."""
+        with self.lock:
+            st.busy = False
+            if st.failed:
+                return None
+            return self._fail(st, code, message)
 
     def abort(self, ident, stream_id):
         """Forgets a stream; returns (existed, deferred final or None)."""
@@ -252,18 +303,23 @@ class StreamStore:
             st = self.streams.get((ident, stream_id))
             if st is None:
                 return False, None
-            d = st.deferred
+            d, st.deferred = st.deferred, None
+            st.failed = (P.E_STREAM, "stream aborted")
             self._remove((ident, stream_id))
             return True, d
 
     def expire(self, now, everything=False):
-        """Drops streams idle too long (or all of them); returns the deferred finals to fail."""
+        """Drops streams idle too long (or all idle ones); returns deferred finals to fail."""
         out = []
         with self.lock:
             for key, st in list(self.streams.items()):
+                if st.busy:
+                    continue
                 if everything or now - st.touched > self.limits.stream_idle_s:
                     if st.deferred:
                         out.append(st.deferred)
+                        st.deferred = None
+                    st.failed = (P.E_STREAM, "stream expired")
                     self._remove(key)
         return out
 
@@ -308,6 +364,85 @@ def fast_encoder(tok):
     return enc
 
 
+def prefix_encoder(tok):
+    """For a bpe_cffi.Tokenizer whose pattern runs in C: a function
+    (opts, utf8 bytes of whole characters, final) -> (ids in opts' format, count, consumed)
+    that encodes the longest prefix whose ids cannot change whatever follows (all of it when
+    final) - the push form of Tokenizer.encode_iterable, so a streamed document is encoded as
+    its chunks arrive and only the unconsumed tail is kept.  None when it does not apply or a
+    self-check (chunked encode == whole encode at many cut points) fails; streams are then
+    buffered until their final chunk."""
+    try:
+        from bpe_cffi._native import ffi, lib
+        handle, all_mode = tok._handle, tok._all_mode
+        mode_for = getattr(tok, "_mode_for", None)
+        if not getattr(tok, "_cpattern", 0) or sys.byteorder != "little":
+            return None
+        encode_prefix = lib.bpe_encode_prefix
+    except Exception:
+        return None
+    new, free, buffer = ffi.new, lib.bpe_ids_free, ffi.buffer
+
+    def enc(opts, data, final):
+        _, allowed, disallowed, fmt = opts
+        if allowed == "all" and disallowed == ():
+            mode = all_mode
+        elif mode_for is not None:
+            mode = mode_for(allowed, disallowed)
+        else:
+            raise RequestError(P.E_BAD_REQUEST, "special-token options are not supported "
+                               "for streams by this tokenizer")
+        out = new("bpe_ids *")
+        consumed = new("size_t *")
+        info = new("size_t *")
+        rc = encode_prefix(handle(), data, len(data), mode, 1 if final else 0, out, consumed,
+                           info)
+        try:
+            if rc == lib.BPE_ERR_DISALLOWED:
+                raise RequestError(P.E_DISALLOWED, "the streamed document contains a "
+                                   "disallowed special token")
+            if rc:
+                raise RequestError(P.E_BAD_REQUEST, "streamed encode failed: " +
+                                   ffi.string(lib.bpe_strerror(rc)).decode())
+            n = out.len
+            packed = buffer(out.ids, 4 * n)[:] if n else b""
+            return (packed if fmt == P.IDS_BIN else P.bin_to_ids(packed)), n, consumed[0]
+        finally:
+            free(out)
+
+    try:
+        doc = ("Héllo  wörld <|endoftext|>\n\n  x 12345 🎉漢字 it's   \t\n"
+               "<|endoftext|><|endoftext|> end  ").encode()
+        want = list(tok.encode(doc.decode()))
+        opts = (None, "all", (), P.IDS_LIST)
+        for step in (1, 2, 3, 5, 7, 13, len(doc)):
+            dec = codecs.getincrementaldecoder("utf-8")("strict")
+            tail, got = b"", []
+            chunks = [doc[i:i + step] for i in range(0, len(doc), step)]
+            for k, c in enumerate(chunks):
+                final = k == len(chunks) - 1
+                dec.decode(c, final)
+                buf = tail + c
+                pending = 0 if final else len(dec.getstate()[0])
+                ids, _, used = enc(opts, buf[:len(buf) - pending], final)
+                tail = buf[used:]
+                got += ids
+            if got != want or tail:
+                return None
+    except Exception:
+        return None
+    return enc
+
+
+def _join_ids(parts, fmt):
+    if fmt == P.IDS_BIN:
+        return b"".join(parts)
+    out = []
+    for p in parts:
+        out += p
+    return out
+
+
 # ---- request handling (runs in worker threads) ----------------------------------------------
 
 _SPECIAL_WORDS = ("all", "none")
@@ -332,6 +467,7 @@ class Handler:
         self._info = None
         self._max_token_bytes = {}
         self.fast = {name: fast_encoder(tok) for name, tok in tokenizers.items()}
+        self.prefix = {name: prefix_encoder(tok) for name, tok in tokenizers.items()}
 
     # -- entry point ---------------------------------------------------------------------------
     def handle(self, ident, flag, payload, inline=False):
@@ -663,34 +799,82 @@ class Handler:
             return []
         if status == "error":
             code, message, deferred = extra
-            out = [(ident, flag, P.packb(P.error_reply(req_id, code, message)))]
-            if deferred:
-                d_ident, d_flag, d_id = deferred
-                out.append((d_ident, d_flag, P.packb(P.error_reply(d_id, code, message))))
-            return out
-        opts, joined, deferred = extra                       # complete
-        if deferred is None:
-            final_to, final_id, out = (ident, flag), req_id, []
-        else:
-            final_to, final_id = deferred[:2], deferred[2]
-            out = [(ident, flag, P.packb({"id": req_id, "ok": True, "stream": sid, "seq": seq,
-                                          "ids": [], "final": False}))]
-        try:
-            if len(joined) > self.limits.max_stream_bytes:  # pragma: no cover - checked on add
-                raise RequestError(P.E_TOO_LARGE, "streamed document too large")
-            try:
-                text = joined.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise RequestError(P.E_BAD_UTF8, f"streamed document is not valid UTF-8: {exc}")
-            del joined
-            ids, n = self.encode_packed(opts, text)
-            reply = {"id": final_id, "ok": True, "stream": sid, "final": True,
-                     "ids": ids, "n": n}
-        except RequestError as exc:
-            self.stats.count(P.OP_CHUNK, exc.code)
-            reply = P.error_reply(final_id, exc.code, exc.message)
-        out.append((final_to[0], final_to[1], P.packb(reply)))
+            return self._stream_errors(ident, flag, req_id, code, message, deferred)
+        return self._consume((ident, sid), extra, ident, flag, req_id, sid, seq)
+
+    def _stream_errors(self, ident, flag, req_id, code, message, deferred):
+        out = [(ident, flag, P.packb(P.error_reply(req_id, code, message)))]
+        if deferred and deferred[2] != req_id:
+            out.append((deferred[0], deferred[1],
+                        P.packb(P.error_reply(deferred[2], code, message))))
         return out
+
+    def _consume(self, key, st, ident, flag, req_id, sid, seq):
+        """Consumes the stream's chunks in order while they are there (this worker owns
+        st.busy).  Every id produced goes into ONE reply: the final chunk's when the run
+        reaches it, else this request's; so concatenating the ids of all the stream's replies
+        in seq order gives the document's ids."""
+        opts = st.opts
+        chunks_ids = []
+        n_run = 0
+        try:
+            if opts is None:  # pragma: no cover - seq 0 is always consumed first
+                raise RequestError(P.E_STREAM, "stream without chunk 0")
+            prefix = self.prefix.get(opts[0])
+            while True:
+                nxt = self.streams.take(st)
+                if nxt is None:
+                    break
+                cseq, data, is_final = nxt
+                try:
+                    st.dec.decode(data, is_final)
+                except UnicodeDecodeError as exc:
+                    raise RequestError(P.E_BAD_UTF8, "streamed document is not valid UTF-8 "
+                                       f"(chunk {cseq}): {exc.reason}")
+                if prefix is not None:
+                    buf = st.tail + data if st.tail else data
+                    pending = 0 if is_final else len(st.dec.getstate()[0])
+                    ids, n, consumed = prefix(opts, buf[:len(buf) - pending], is_final)
+                    st.tail = buf[consumed:]
+                    self.streams.account(st, len(st.tail) - len(buf))
+                    chunks_ids.append(ids)
+                    n_run += n
+                elif not is_final:
+                    st.buf.append(data)
+                else:
+                    st.buf.append(data)
+                    text = b"".join(st.buf).decode("utf-8")
+                    st.buf = []
+                    ids, n = self.encode_packed(opts, text)
+                    chunks_ids.append(ids)
+                    n_run += n
+                if is_final:
+                    st.n_out += n_run
+                    deferred = self.streams.finish(key, st)
+                    reply = {"stream": sid, "final": True, "ok": True, "n": st.n_out,
+                             "ids": _join_ids(chunks_ids, opts[3])}
+                    out = []
+                    if deferred is not None and deferred[2] != req_id:
+                        out.append((ident, flag, P.packb(
+                            {"id": req_id, "ok": True, "stream": sid, "seq": seq, "ids": [],
+                             "final": False})))
+                        reply["id"] = deferred[2]
+                        out.append((deferred[0], deferred[1], P.packb(reply)))
+                    else:
+                        reply["id"] = req_id
+                        out.append((ident, flag, P.packb(reply)))
+                    return out
+            st.n_out += n_run
+            return [(ident, flag, P.packb({"id": req_id, "ok": True, "stream": sid, "seq": seq,
+                                           "ids": _join_ids(chunks_ids, opts[3]),
+                                           "final": False}))]
+        except RequestError as exc:
+            deferred = self.streams.fail(key, st, exc.code, exc.message)
+            self.stats.count(P.OP_CHUNK, exc.code)
+            return self._stream_errors(ident, flag, req_id, exc.code, exc.message, deferred)
+        except BaseException:
+            self.streams.fail(key, st, P.E_INTERNAL, "internal error")
+            raise
 
     def op_stream_abort(self, req, ident, flag, req_id):
         sid = req.get("stream")
@@ -1038,15 +1222,20 @@ class Server:
 
 
 def _peek_id(payload, limits):
-    """The request id, for the rare replies the main loop sends itself (or None; a big
-    payload is not unpacked here, to keep the loop responsive)."""
-    if len(payload) > 65536:
-        return None
+    """The request id, for the rare replies the main loop sends itself (or None).  Reads
+    the map key by key and skips the values unbuilt, so a big text costs no copy."""
     try:
-        req = P.unpackb(payload, limits)
-        rid = req.get("id") if isinstance(req, dict) else None
-        if isinstance(rid, (int, str, bytes)) and not isinstance(rid, bool):
-            return rid
+        u = msgpack.Unpacker(raw=False, max_buffer_size=max(len(payload), 1),
+                             **P.unpack_limits(limits))
+        u.feed(payload)
+        for _ in range(min(u.read_map_header(), 64)):
+            key = u.unpack()
+            if key == "id":
+                rid = u.unpack()
+                if isinstance(rid, (int, str, bytes)) and not isinstance(rid, bool):
+                    return rid
+                return None
+            u.skip()
     except Exception:
         pass
     return None

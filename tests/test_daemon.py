@@ -229,13 +229,21 @@ def test_chunked_document_equals_whole(daemon, refs, texts):
 def test_stream_errors(daemon):
     s = raw_socket(daemon.endpoint)
     try:
-        # bad UTF-8 across the document: error on the final chunk
+        # bad UTF-8: an error on the chunk where it is seen; the stream is then dead
         s.send(P.packb({"op": "chunk", "id": 1, "stream": 9, "seq": 0, "data": b"ok \xff"}))
-        assert recv_reply(s)["ok"]
+        rep = recv_reply(s)
+        assert not rep["ok"] and rep["code"] == P.E_BAD_UTF8 and rep["id"] == 1
         s.send(P.packb({"op": "chunk", "id": 2, "stream": 9, "seq": 1, "data": b"x",
                         "final": True}))
         rep = recv_reply(s)
         assert not rep["ok"] and rep["code"] == P.E_BAD_UTF8 and rep["id"] == 2
+        # a character cut at the very end of the document
+        s.send(P.packb({"op": "chunk", "id": 7, "stream": 12, "seq": 0, "data": b"ab\xe2\x82"}))
+        assert recv_reply(s)["ok"]
+        s.send(P.packb({"op": "chunk", "id": 8, "stream": 12, "seq": 1, "data": b"",
+                        "final": True}))
+        rep = recv_reply(s)
+        assert not rep["ok"] and rep["code"] == P.E_BAD_UTF8 and rep["id"] == 8
         # a chunk past the final one
         s.send(P.packb({"op": "chunk", "id": 3, "stream": 10, "seq": 1, "data": b"b",
                         "final": True}))
