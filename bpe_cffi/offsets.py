@@ -16,7 +16,7 @@ every byte that is not a continuation byte (0x80-0xBF).  So for each token id we
 numbers, cached per tokenizer: how many characters start inside the token (its non-continuation
 bytes) and whether its first byte is a continuation byte.  Walking the ids with a running count
 `pos` of the characters started so far, a token covers characters [pos - first_is_cont,
-pos + starts).  Both numbers are packed into one int, `starts * 2 + first_is_cont`.
+pos + starts).
 
 Invalid UTF-8 (only possible when decoding ids) follows Python's errors="replace" rule: each
 maximal invalid subpart becomes one U+FFFD, which is one character.  Such a subpart is either a
@@ -26,54 +26,68 @@ where a character starts, and the slow path counts those separately.
 """
 import codecs
 import weakref
+from itertools import accumulate, chain
+from operator import sub
 
-__all__ = ["encode_with_offsets", "decode_with_offsets", "token_char_info"]
+__all__ = ["encode_with_offsets", "decode_with_offsets"]
 
 _CONT = bytes(range(0x80, 0xC0))   # UTF-8 continuation bytes
-# tokenizer -> {id: starts * 2 + first_is_cont}; dropped with the tokenizer.
-_INFO = weakref.WeakKeyDictionary()
 
 
-def _info_table(tok) -> dict:
-    """The per-id character-count cache for `tok` (a fresh dict if tok can't be weakly keyed)."""
+class _Tables:
+    """Per-tokenizer caches, filled lazily with the ids met so far (at most the vocabulary):
+    starts[id] = characters starting in the token's bytes (its non-continuation bytes),
+    cont[id] = 1 if its first byte is a continuation byte else 0, nbytes[id] = its length."""
+
+    __slots__ = ("starts", "cont", "nbytes", "__weakref__")
+
+    def __init__(self):
+        self.starts = {}
+        self.cont = {}
+        self.nbytes = {}
+
+    def fill(self, tok, ids) -> None:
+        """Add every id of `ids` not cached yet; raises what tok.decode_single_token_bytes
+        raises for an unknown id."""
+        for i in set(ids).difference(self.starts):
+            b = tok.decode_single_token_bytes(i)
+            self.cont[i] = 1 if b and 0x80 <= b[0] < 0xC0 else 0
+            self.nbytes[i] = len(b)
+            self.starts[i] = len(b.translate(None, _CONT))
+
+
+# tokenizer -> _Tables; dropped with the tokenizer.
+_TABLES = weakref.WeakKeyDictionary()
+
+
+def _tables(tok) -> _Tables:
+    """The caches for `tok` (fresh ones each call if tok cannot be weakly referenced)."""
     try:
-        table = _INFO.get(tok)
-        if table is None:
-            table = _INFO[tok] = {}
-        return table
+        t = _TABLES.get(tok)
+        if t is None:
+            t = _TABLES[tok] = _Tables()
+        return t
     except TypeError:
-        return {}
+        return _Tables()
 
 
-def token_char_info(tok, token_id: int, table: dict = None) -> int:
-    """`starts * 2 + first_is_cont` for one token: the number of characters that start in its
-    bytes and whether its first byte continues an earlier character.  Raises what
-    tok.decode_single_token_bytes raises for an unknown id."""
-    if table is None:
-        table = _info_table(tok)
-    v = table.get(token_id)
-    if v is None:
-        b = tok.decode_single_token_bytes(token_id)
-        v = len(b.translate(None, _CONT)) * 2 + (1 if b and 0x80 <= b[0] < 0xC0 else 0)
-        table[token_id] = v
-    return v
+def _ends_begins(tok, ids: list):
+    """For `ids` as if decoded as one valid UTF-8 string: (ends, begins), token k covering
+    characters [begins[k], ends[k]).  begins[k] is -1 only before any character started
+    (a leading continuation byte; never in valid UTF-8).
 
-
-def _char_spans(tok, ids) -> list:
-    """(start, end) character spans of `ids` decoded as one valid UTF-8 string."""
-    table = _info_table(tok)
-    get = table.get
-    out = []
-    append = out.append
-    pos = 0
-    for i in ids:
-        v = get(i)
-        if v is None:
-            v = token_char_info(tok, i, table)
-        start = pos - (v & 1)
-        pos += v >> 1
-        append((start, pos))
-    return out
+    Performance: this runs on every encode_with_offsets, so the per-token work is done by
+    C iterators (map over dict lookups, accumulate, zip) rather than a Python loop: ends is
+    the running sum of starts, begins[k] = ends[k-1] - cont[k].
+    """
+    t = _tables(tok)
+    try:
+        ends = list(accumulate(map(t.starts.__getitem__, ids)))
+    except KeyError:
+        t.fill(tok, ids)
+        ends = list(accumulate(map(t.starts.__getitem__, ids)))
+    begins = list(map(sub, chain((0,), ends), map(t.cont.__getitem__, ids)))
+    return ends, begins
 
 
 def encode_with_offsets(tok, text: str, *, ordinary: bool = False, **encode_kwargs):
@@ -87,13 +101,15 @@ def encode_with_offsets(tok, text: str, *, ordinary: bool = False, **encode_kwar
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, not {type(text).__name__}")
     ids = tok.encode_ordinary(text) if ordinary else tok.encode(text, **encode_kwargs)
-    if text.isascii():                      # one byte per character: spans are byte spans
-        return ids, _char_spans(tok, ids)
-    spans = _char_spans(tok, ids)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:              # lone surrogates: the tokenizer encoded a repair
-        spans = _surrogate_spans(tok, ids, text, spans)
+    if not isinstance(ids, list):
+        ids = list(ids)
+    ends, begins = _ends_begins(tok, ids)
+    spans = list(zip(begins, ends))
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:          # surrogates: the tokenizer encoded a repair
+            spans = _surrogate_spans(tok, ids, text, spans)
     return ids, spans
 
 
@@ -134,7 +150,10 @@ def decode_with_offsets(tok, ids, errors: str = "strict"):
         if errors == "strict":
             raise
         return data.decode("utf-8", errors="replace"), _replace_offsets(tok, ids, data)
-    return text, [max(0, s) for s, _ in _char_spans(tok, ids)]
+    begins = _ends_begins(tok, ids)[1]
+    if begins and begins[0] < 0:            # tiktoken's max(0, ...); unreachable when valid
+        begins = [max(0, b) for b in begins]
+    return text, begins
 
 
 def _stray_continuations(data: bytes) -> list:
@@ -159,18 +178,17 @@ def _stray_continuations(data: bytes) -> list:
 def _replace_offsets(tok, ids, data: bytes) -> list:
     """decode_with_offsets offsets for invalid UTF-8 under errors="replace"."""
     stray = _stray_continuations(data)
-    table = _info_table(tok)
+    t = _tables(tok)
+    t.fill(tok, ids)
     out = []
     pos = 0          # characters started before the current token (lead bytes + strays)
     byte = 0         # byte offset of the current token
     k = 0            # next unread entry of `stray`
     for i in ids:
-        v = token_char_info(tok, i, table)
-        nbytes = len(tok.decode_single_token_bytes(i))
         first_stray = k < len(stray) and stray[k] == byte
-        out.append(max(0, pos - ((v & 1) and not first_stray)))
-        pos += v >> 1
-        byte += nbytes
+        out.append(max(0, pos - (t.cont[i] and not first_stray)))
+        pos += t.starts[i]
+        byte += t.nbytes[i]
         while k < len(stray) and stray[k] < byte:
             pos += 1
             k += 1
