@@ -1,0 +1,169 @@
+"""The C pre-tokenizers (csrc/pretok.c) against the `regex` module, the reference they copy.
+
+Every expected output here comes from `regex.finditer(pattern, text)`, never from the C code.
+The default run is fast; BPE_CFFI_LONG=1 runs millions of random cases and whole corpora.
+"""
+import random
+
+import pytest
+import regex
+
+from bpe_cffi._native import ffi, lib
+from bpe_cffi.patterns import CL100K, GPT2, O200K
+from conftest import CORPORA, LONG, read_corpus
+
+PATTERNS = {"gpt2": (lib.BPE_PATTERN_GPT2, regex.compile(GPT2)),
+            "cl100k": (lib.BPE_PATTERN_CL100K, regex.compile(CL100K)),
+            "o200k": (lib.BPE_PATTERN_O200K, regex.compile(O200K))}
+NAMES = list(PATTERNS)
+
+
+def c_ends(pid: int, data: bytes) -> list:
+    ends = ffi.new("bpe_ids *")
+    try:
+        rc = lib.bpe_pretokenize(pid, data, len(data), ends)
+        assert rc == lib.BPE_OK, ffi.string(lib.bpe_strerror(rc))
+        return list(ffi.unpack(ends.ids, ends.len)) if ends.len else []
+    finally:
+        lib.bpe_ids_free(ends)
+
+
+def c_pieces(name: str, text: str) -> list:
+    data = text.encode("utf-8")
+    out, prev = [], 0
+    for e in c_ends(PATTERNS[name][0], data):
+        out.append(data[prev:e].decode("utf-8"))
+        prev = e
+    return out
+
+
+def re_pieces(name: str, text: str) -> list:
+    return [m.group() for m in PATTERNS[name][1].finditer(text)]
+
+
+def check(name: str, text: str) -> None:
+    want = re_pieces(name, text)
+    assert "".join(want) == text  # the pattern tiles the text (so comparing pieces suffices)
+    got = c_pieces(name, text)
+    if got != want:
+        # report the first differing piece with some context
+        i = next(i for i, (a, b) in enumerate(zip(got + [None], want + [None])) if a != b)
+        raise AssertionError(f"{name}: text {text[:200]!r}...: piece {i}: C {got[i:i + 3]!r} "
+                             f"regex {want[i:i + 3]!r}")
+
+
+# ---- characters of every class the patterns distinguish -----------------------------------
+
+SPACES = list(" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000") + \
+    [chr(c) for c in range(0x2000, 0x200B)]
+ALPHABET = (
+    list("aAbBzZsSdDmMtTlLvVeErR") + ["\u017f", "\u212a", "\u212b", "\u0130", "\u0131"]  # case
+    + list("éÉßÿŸαΩωЖжשא中文字ひカ한ไ") + ["\u01c5", "\u1f88", "\u02b0", "\u3005", "\u0e46"]  # Lt Lm
+    + ["\u0301", "\u0308", "\u0903", "\u20dd", "\u0e31", "\ufe0f"]                  # marks
+    + list("0123456789") + ["\u0663", "\u0967", "\u2167", "\u00bd", "\u2460", "\uff11", "\U0001d7ce"]
+    + SPACES + ["'"] * 6 + ["\u2019", "\u02bc"] + list(".,;:!?/\\-_()[]{}<>@#$%^&*+=|~`\"")
+    + ["\U0001F600", "\u200d", "\U0001F469", "\u200b", "\u00ad", "\x00", "\x01", "\x7f",
+       "\ufeff", "\U0010FFFF", "\ue000"]
+)
+WORDS = ["'s", "'S", "'ll", "'LL", "'lL", "'ve", "'Re", "'d", "'M", "'t", "'\u017f", "don't",
+         "DON'T", "  ", "\r\n", "\n\n", " \n", "...", " 123", "12345", "HTTPServer", "iPhone",
+         "CamelCase", "\u0301\u0301", "A\u0301B", "//", "\n/"]
+
+
+def random_text(rng: random.Random, n: int) -> str:
+    out = []
+    for _ in range(n):
+        if rng.random() < 0.15:
+            out.append(rng.choice(WORDS))
+        else:
+            out.append(rng.choice(ALPHABET))
+    return "".join(out)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_random_mixed_classes(name):
+    rng = random.Random(1234 + NAMES.index(name))
+    cases = 2_000_000 if LONG else 20_000
+    for _ in range(cases):
+        check(name, random_text(rng, rng.randint(1, 14)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_random_long_texts(name):
+    rng = random.Random(99 + NAMES.index(name))
+    for _ in range(200 if LONG else 20):
+        check(name, random_text(rng, rng.randint(100, 5000)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_short_string_over_a_small_alphabet(name):
+    """Exhaustive: all strings of length <= 4 over characters of every distinct role."""
+    alpha = ["a", "A", "\u02b0", "\u0301", "1", " ", "\t", "\n", "\r", "'", "s", "/", "."]
+    if LONG:
+        alpha += ["\u01c5", "\u3000", "L", "e", "v", "\u017f"]
+    import itertools
+    for n in range(1, 5 if not LONG else 6):
+        for tup in itertools.product(alpha, repeat=n):
+            check(name, "".join(tup))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_end_of_segment_rules(name):
+    for t in ["a ", "a  ", "a \n", "a\n", "a \n ", "  ", "\n", " \n\n", "x\t\t", "x \u3000",
+              "x'", "x's", "'", "''s", "a  b", "a\n\nb", "a \n b", "1234567", " 1", "  1",
+              "\u0301", "a\u0301", " \u0301A", "ABC\u0301", "\u0301ABC", "AʰB.", "!!!\n\n/x",
+              ".\n/.", "\r\n\r\n", "x\r\n  y", "é", "A's", "ABC'S", "a'LL", "a'\u017f"]:
+        check(name, t)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("corpus", CORPORA)
+def test_corpora(name, corpus):
+    """Slices of every corpus (whole corpora under BPE_CFFI_LONG=1, in 8 MB blocks)."""
+    if LONG:
+        offset = 0
+        while True:
+            text = read_corpus(corpus, 8 << 20, offset)
+            if not text:
+                break
+            check(name, text)
+            offset += 8 << 20
+    else:
+        for offset in (0, 1 << 20, 5 << 20):
+            check(name, read_corpus(corpus, 64 << 10, offset))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_repetitive_inputs(name):
+    """Catastrophic repetition stays correct (and linear: these are MBs, scanned once)."""
+    mb = 10 if LONG else 1
+    rng = random.Random(5)
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    texts = ["x" * (mb << 20), " " * (mb << 20), "^" * (mb << 20), "\n" * (mb << 20),
+             "".join(rng.choice(letters) for _ in range(mb << 20)),
+             "\U0001F600" * (mb << 18), "1" * (mb << 20), " \t" * (mb << 19),
+             "\u0301" * (mb << 19), "A" * (mb << 20), "'s" * (mb << 19)]
+    for t in texts:
+        check(name, t)
+
+
+def test_errors():
+    ends = ffi.new("bpe_ids *")
+    assert lib.bpe_pretokenize(0, b"abc", 3, ends) == lib.BPE_ERR_ARG
+    assert lib.bpe_pretokenize(4, b"abc", 3, ends) == lib.BPE_ERR_ARG
+    assert lib.bpe_pretokenize(1, b"abc", 3, ffi.NULL) == lib.BPE_ERR_ARG
+    assert lib.bpe_pretokenize(1, ffi.NULL, 3, ends) == lib.BPE_ERR_ARG
+    # the size check happens before the text is read
+    assert lib.bpe_pretokenize(1, b"abc", 1 << 32, ends) == lib.BPE_ERR_TOOBIG
+    assert ends.len == 0
+    assert lib.bpe_pretokenize(1, ffi.NULL, 0, ends) == lib.BPE_OK and ends.len == 0
+
+
+def test_appends_to_existing_ends():
+    ends = ffi.new("bpe_ids *")
+    try:
+        assert lib.bpe_pretokenize(1, b"a b", 3, ends) == lib.BPE_OK
+        assert lib.bpe_pretokenize(1, b"cd e", 4, ends) == lib.BPE_OK
+        assert list(ffi.unpack(ends.ids, ends.len)) == [1, 3, 2, 4]
+    finally:
+        lib.bpe_ids_free(ends)
