@@ -51,7 +51,8 @@ def real_tokenizer(name):
         pytest.skip("bpe_cffi.Tokenizer is not available yet")
     if name == "gpt2":
         return Tokenizer.from_files(str(vocab_path("gpt2_vocab.json")),
-                                    str(vocab_path("gpt2_merges.txt")))
+                                    str(vocab_path("gpt2_merges.txt")),
+                                    special_tokens=["<|endoftext|>"])
     pattern = {"cl100k_base": "cl100k", "o200k_base": "o200k"}[name]
     return Tokenizer.from_tiktoken(str(vocab_path(f"{name}.tiktoken")), pattern=pattern)
 
