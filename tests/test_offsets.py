@@ -23,7 +23,6 @@ SLICE = 400_000 if LONG else 60_000
 OFFSETS = [0, 5_000_000, 17_000_000] if LONG else [0, 3_000_000]
 
 TRICKY = [
-    "",
     "a",
     "hello world",
     "Hello wörld, naïve café — “quotes” ‘single’",
@@ -155,6 +154,13 @@ def test_encode_offsets_surrogates(kind):
     to_text = [0, 1, 2, 3, 4, 6, 7, 8, 9]
     ref = byte_to_char_spans(repaired, byte_spans(tok, ids))
     assert offsets == [(to_text[s], to_text[e]) for s, e in ref]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_encode_offsets_empty(kind):
+    tok = _tok(kind, "gpt2")
+    assert encode_with_offsets(tok, "") == ([], [])
+    assert encode_with_offsets(tok, "", ordinary=True) == ([], [])
 
 
 def test_encode_offsets_rejects_non_str():
