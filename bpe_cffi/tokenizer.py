@@ -23,7 +23,7 @@ from . import formats
 from . import patterns
 from ._native import ffi, lib, raise_for
 
-DEFAULT_CACHE_CAPACITY = 8192     # word-cache entries per thread
+DEFAULT_CACHE_CAPACITY = 32768    # word-cache entries per work slot (~100 B each; see the report)
 
 _RULE_C = {formats.RULE_MERGES: lib.BPE_RULE_MERGES, formats.RULE_TIKTOKEN: lib.BPE_RULE_TIKTOKEN}
 

@@ -128,7 +128,7 @@ def test_streaming_memory_is_bounded(tmp_path, base, extra):
     from conftest import cs336_path, vocab_path
     pytest.importorskip("psutil")
     parts = [cs336_path("corpus.en").read_text(encoding="utf-8")]
-    parts.append(corpus_slice("en_books", 20_000_000 if LONG else 4_000_000))
+    parts.append(corpus_slice("en_books", 20_000_000 if LONG else 3_000_000))
     text = "<|endoftext|>".join(parts)
     path = tmp_path / "stream.txt"
     path.write_text(text, encoding="utf-8")
