@@ -205,6 +205,9 @@ class Tokenizer:
         self._ignore_merges = bool(ignore_merges)
         self._cache_capacity = cache_capacity
         self._n_vocab = max(max(vocab, default=-1), max(special_ids, default=-1)) + 1
+        self._id_bytes = dict(vocab)
+        for s_, i in special.items():
+            self._id_bytes[i] = s_.encode("utf-8")
         self._modes = {}
         self._modes_lock = threading.Lock()
         self._py_split = None
@@ -744,6 +747,12 @@ class Tokenizer:
 
     def decode_bytes(self, ids) -> bytes:
         """The bytes of a sequence of ids; ValueError naming an unknown id."""
+        if type(ids) is list and len(ids) <= 512:
+            # short lists: a dict lookup per id beats building a C array (per-call cost)
+            try:
+                return b"".join(map(self._id_bytes.__getitem__, ids))
+            except (KeyError, TypeError):
+                pass                       # the C path below names the bad id
         ids, arr = self._id_array(ids)
         if not ids:
             return b""
