@@ -78,8 +78,9 @@ class Tokenizer:
         clean = {}
         seen = {}
         for i, b in vocab.items():
-            if type(i) is not int and not (isinstance(i, int) and not isinstance(i, bool)):
+            if isinstance(i, bool) or not hasattr(i, "__index__"):
                 raise TypeError(f"vocab: token id {i!r} is not an int")
+            i = i.__index__()
             if not isinstance(b, (bytes, bytearray, memoryview)):
                 raise TypeError(f"vocab: token {i} must be bytes, not {type(b).__name__}")
             if i < 0 or i >= 2 ** 32 - 1:
@@ -270,6 +271,16 @@ class Tokenizer:
         self._all_mode = self._mode_for("all", ())
 
     # ---- lifetime ---------------------------------------------------------------------------
+
+    def __getstate__(self):
+        """Pickling (e.g. for multiprocessing) sends the parts; the C tokenizer is rebuilt."""
+        return {"rule": self._rule, "vocab": self._vocab, "merges": self._merges,
+                "special": self._special, "pattern": self._pattern_name or self._pattern_regex,
+                "cache_capacity": self._cache_capacity, "ignore_merges": self._ignore_merges}
+
+    def __setstate__(self, state):
+        self._build(state["rule"], state["vocab"], state["merges"], state["special"],
+                    state["pattern"], state["cache_capacity"], state["ignore_merges"])
 
     def close(self) -> None:
         """Free the C tokenizer now.  Safe to call twice; the tokenizer is unusable after."""

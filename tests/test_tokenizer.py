@@ -364,3 +364,25 @@ def test_cli_encode(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["encode", "--help"])
     assert "numpy.fromfile" in capsys.readouterr().out
+
+
+def test_pickle_and_custom_pattern_encode_file(tmp_path):
+    import pickle
+    numpy = pytest.importorskip("numpy")
+    vocab, merges = small_trained()
+    tok = Tokenizer(vocab, merges, SPECIALS, pattern=CUSTOM_REGEX)
+    back = pickle.loads(pickle.dumps(tok))
+    texts = random_texts(seed=12, n=100)
+    assert [back.encode(t) for t in texts] == [tok.encode(t) for t in texts]
+    assert back.special_tokens == tok.special_tokens and back.pattern == tok.pattern
+    text = "".join(texts) * 3
+    src = tmp_path / "in.txt"
+    src.write_bytes(text.encode("utf-8") + b"\xff tail")
+    out = tmp_path / "o.bin"
+    n = tok.encode_file(src, out, progress=False)
+    got = numpy.fromfile(out, dtype="<u2").tolist()
+    assert n == len(got)
+    assert got == tok.encode(text + "\ufffd tail")
+    gpt2 = ours("gpt2")
+    assert pickle.loads(pickle.dumps(gpt2)).encode("hello <|endoftext|>") == \
+        gpt2.encode("hello <|endoftext|>")
