@@ -156,6 +156,13 @@ class Tokenizer:
         return cls._from_parts(formats.RULE_TIKTOKEN, vocab, [], special_tokens, pattern, **kw)
 
     @classmethod
+    def train(cls, input_path, vocab_size, special_tokens=None, **options) -> "Tokenizer":
+        """Train a vocabulary on text file(s) (bpe_cffi.train_bpe, same options) and return
+        the tokenizer."""
+        from .train import train_tokenizer
+        return train_tokenizer(input_path, vocab_size, special_tokens, cls=cls, **options)
+
+    @classmethod
     def _from_parts(cls, rule, vocab, merges, special, pattern,
                     cache_capacity=DEFAULT_CACHE_CAPACITY, ignore_merges=True):
         if not isinstance(special, dict):

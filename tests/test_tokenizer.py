@@ -386,3 +386,14 @@ def test_pickle_and_custom_pattern_encode_file(tmp_path):
     gpt2 = ours("gpt2")
     assert pickle.loads(pickle.dumps(gpt2)).encode("hello <|endoftext|>") == \
         gpt2.encode("hello <|endoftext|>")
+
+
+def test_train_classmethod_roundtrip(tmp_path):
+    from conftest import cs336_path
+    src = cs336_path("tinystories_sample.txt")
+    tok = Tokenizer.train(src, 400, ["<|endoftext|>"])
+    assert tok.n_vocab == 400 and "<|endoftext|>" in tok.special_tokens
+    text = src.read_text(encoding="utf-8")[:20_000]
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text
+    assert ids == reference_for(tok).encode(text)
