@@ -512,7 +512,8 @@ class Tokenizer:
         if num_threads is None:
             num_threads = 0
         if type(num_threads) is not int or num_threads < 0:
-            raise ValueError(f"num_threads must be an int >= 1 (or None), not {num_threads!r}")
+            raise ValueError(f"num_threads must be an int >= 1 (None or 0: one per core), not "
+                             f"{num_threads!r}")
         mode = self._mode_for(allowed_special, disallowed_special)
         n = len(datas)
         if n == 0:
@@ -554,7 +555,8 @@ class Tokenizer:
         if num_threads is None:
             num_threads = 0
         if type(num_threads) is not int or num_threads < 0:
-            raise ValueError(f"num_threads must be an int >= 1 (or None), not {num_threads!r}")
+            raise ValueError(f"num_threads must be an int >= 1 (None or 0: one per core), not "
+                             f"{num_threads!r}")
         if self._cpattern == 0:
             return self._encode_file_py(in_path, out_path, width)
         from .progress import Bar, new_progress, run_cancellable
