@@ -136,10 +136,17 @@ static inline uint64_t bytes_in(uint64_t w, unsigned lo, unsigned hi)
     return ge_lo & ~gt_hi & ~w & HIGHS;
 }
 
+/* SWAR needs little-endian loads (byte 0 of the text = low byte) and a count-trailing-zeros;
+ * elsewhere ascii_run() falls back to its byte loop. */
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define SWAR 1
 static inline size_t first_set_byte(uint64_t highs)
 {
-    return (size_t)__builtin_ctzll(highs) >> 3;         /* little-endian byte order */
+    return (size_t)__builtin_ctzll(highs) >> 3;
 }
+#else
+#define SWAR 0
+#endif
 
 static inline int is_ascii_letter(uint8_t b) { return (unsigned)((b | 0x20) - 'a') < 26u; }
 static inline int is_ascii_upper(uint8_t b) { return (unsigned)(b - 'A') < 26u; }
@@ -150,6 +157,7 @@ static inline int is_ascii_lower(uint8_t b) { return (unsigned)(b - 'a') < 26u; 
 static inline size_t ascii_run(const uint8_t *s, size_t len, size_t i, unsigned fold,
                                unsigned lo, unsigned hi)
 {
+#if SWAR
     while (i + 8 <= len) {
         uint64_t w;
         memcpy(&w, s + i, 8);
@@ -157,6 +165,7 @@ static inline size_t ascii_run(const uint8_t *s, size_t len, size_t i, unsigned 
         if (stop) return i + first_set_byte(stop);
         i += 8;
     }
+#endif
     while (i < len && (unsigned)((s[i] | fold) - lo) <= hi - lo) i++;
     return i;
 }
