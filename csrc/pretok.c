@@ -62,7 +62,8 @@
 #define M_U (B_UPPER | B_OLET | B_MARK)          /* o200k [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] */
 #define M_W (B_LOWER | B_OLET | B_MARK)          /* o200k [\p{Ll}\p{Lm}\p{Lo}\p{M}] */
 
-static unsigned class_of_cp(uint32_t cp)
+/* Class of a code point >= 0x80 (< 0x200000): two-stage table, OTHER above U+10FFFF. */
+static inline unsigned class_of_cp(uint32_t cp)
 {
     if (cp < 256) return bpe_uc_latin1[cp];
     if (cp >= 0x110000) return BPE_UC_OTHER;
@@ -70,23 +71,31 @@ static unsigned class_of_cp(uint32_t cp)
                          | (cp & ((1u << BPE_UC_SHIFT) - 1))];
 }
 
-/* Class bit of the non-ASCII character at s[i] (s[i] >= 0x80); *next = the index after it. */
+/* Class bit of the non-ASCII character at s[i] (s[i] >= 0x80); *next = the index after it.
+ * The length comes from the lead byte alone (the text is valid UTF-8); a stray continuation
+ * byte, a lead byte F8..FF or a sequence cut off by len counts as one OTHER byte. */
 static unsigned bit_multi(const uint8_t *s, size_t len, size_t i, size_t *next)
 {
     uint8_t b = s[i];
     uint32_t cp;
-    size_t n;
-    if (b >= 0xF0 && b < 0xF8) { n = 4; cp = b & 0x07; }
-    else if (b >= 0xE0) { n = b < 0xF0 ? 3 : 1; cp = b & 0x0F; }
-    else if (b >= 0xC0) { n = 2; cp = b & 0x1F; }
-    else n = 1;
-    if (n == 1 || n > len - i) {                /* stray byte or truncated: one OTHER byte */
-        *next = i + 1;
-        return B_OTHER;
+    if (b < 0xE0) {
+        if (b < 0xC0 || len - i < 2) goto stray;
+        cp = ((uint32_t)(b & 0x1F) << 6) | (s[i + 1] & 0x3F);
+        *next = i + 2;
+    } else if (b < 0xF0) {
+        if (len - i < 3) goto stray;
+        cp = ((uint32_t)(b & 0x0F) << 12) | ((uint32_t)(s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F);
+        *next = i + 3;
+    } else {
+        if (b >= 0xF8 || len - i < 4) goto stray;
+        cp = ((uint32_t)(b & 0x07) << 18) | ((uint32_t)(s[i + 1] & 0x3F) << 12)
+             | ((uint32_t)(s[i + 2] & 0x3F) << 6) | (s[i + 3] & 0x3F);
+        *next = i + 4;
     }
-    for (size_t k = 1; k < n; k++) cp = (cp << 6) | (s[i + k] & 0x3F);
-    *next = i + n;
     return 1u << class_of_cp(cp);
+stray:
+    *next = i + 1;
+    return B_OTHER;
 }
 
 /* Class bit of the character at s[i] (i < len); *next = the index after it. */
