@@ -62,7 +62,7 @@
 #define M_U (B_UPPER | B_OLET | B_MARK)          /* o200k [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] */
 #define M_W (B_LOWER | B_OLET | B_MARK)          /* o200k [\p{Ll}\p{Lm}\p{Lo}\p{M}] */
 
-/* Class of a code point >= 0x80 (< 0x200000): two-stage table, OTHER above U+10FFFF. */
+/* Class of a code point (< 0x200000): Latin-1 table, two-stage table, OTHER above U+10FFFF. */
 static inline unsigned class_of_cp(uint32_t cp)
 {
     if (cp < 256) return bpe_uc_latin1[cp];
