@@ -799,3 +799,32 @@ def test_encode_file_errors_clean_up(tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_bytes(b"")
     assert encode_file(tok, empty, dst)[0] == 0 and dst.read_bytes() == b""
+
+
+def test_tokenizers_created_and_freed_from_many_threads():
+    """Caches belong to their tokenizer: building, using and freeing many tokenizers from
+    several threads at once gives correct ids (and no cross-talk between instances)."""
+    rng = random.Random(5)
+    vocabs = []
+    for k in range(6):
+        ranks = random_tiktoken_vocab(rng, b"abc ", 40)
+        pieces = [random_text(rng, b"abc ", rng.randrange(1, 30)) for _ in range(60)]
+        vocabs.append((ranks, pieces, [i for p in pieces for i in ref_tiktoken(p, ranks, 1)]))
+    errors = []
+
+    def work(k):
+        for r in range(15):
+            ranks, pieces, expect = vocabs[(k + r) % len(vocabs)]
+            t = CTok(list(ranks.items()), lib.BPE_RULE_TIKTOKEN, ignore_merges=1, cache=16)
+            try:
+                if t.ok().pieces(pieces + pieces) != expect + expect:
+                    errors.append((k, r))
+            finally:
+                t.close()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
