@@ -828,3 +828,27 @@ def test_tokenizers_created_and_freed_from_many_threads():
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_encode_file_cancel_midway(tmp_path, small_chunks):
+    """A cancel set while the call runs (seen through progress.done moving) stops it, and the
+    output and its temporary file are gone."""
+    tok, enc = native_tokenizer("gpt2")
+    src, dst = tmp_path / "in.txt", tmp_path / "out.bin"
+    src.write_bytes(read_corpus("en_books", 400_000).encode() * 20)
+    prog = ffi.new("bpe_progress *")
+    result = {}
+
+    def run():
+        result["rc"] = lib.bpe_encode_file(tok.ptr, str(src).encode(), str(dst).encode(), 4,
+                                           ffi.NULL, 1, prog, ffi.new("uint64_t *"), ffi.NULL)
+
+    t = threading.Thread(target=run)
+    t.start()
+    while prog.done == 0 and t.is_alive():
+        pass
+    prog.cancel = 1
+    t.join()
+    assert result["rc"] == lib.BPE_ERR_CANCELLED
+    assert 0 < prog.done < prog.total == src.stat().st_size
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
