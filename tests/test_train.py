@@ -121,11 +121,11 @@ def test_builtin_pattern_matches_reference(tmp_path, pattern, regex_str, name):
 
 @needs_c_pretok
 @needs_c_special
-@pytest.mark.parametrize("name", ["en_books", "web"])
+@pytest.mark.parametrize("name", ["en_books", "web", "multilingual"])
 def test_builtin_pattern_with_specials(tmp_path, name):
     p = write_slice(tmp_path, name, 15_000, eot_every=1000)
     want = reference(p, 500, [EOT, "<|pad|>"], GPT2)
-    for threads, block in ((1, 0), (2, 500), (8, 64)):
+    for threads, block in ((1, 0), (2, 500), (8, 64), (3, 301)):
         got = _train(p, 500, [EOT, "<|pad|>"], pattern="gpt2", num_threads=threads,
                      block_size=block, parallel_words=1)[:2]
         assert_same(got, want)
