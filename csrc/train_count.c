@@ -280,8 +280,9 @@ int bpe_trainer_count_file(bpe_trainer *t, const char *path, bpe_progress *progr
     if (fd < 0)
         return BPE_ERR_IO;
     struct stat st;
-    if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
-        int e = S_ISDIR(st.st_mode) ? EISDIR : errno;
+    int bad = fstat(fd, &st) != 0 ? errno : (S_ISDIR(st.st_mode) ? EISDIR : 0);
+    if (bad) {
+        int e = bad;
         close(fd);
         errno = e;
         return BPE_ERR_IO;
