@@ -213,6 +213,14 @@ def _result(trainer, specials):
     return vocab, merges
 
 
+def _finish_bar(bars, phase, prog) -> None:
+    """Draws a phase's final line if the phase ended before the bar was first drawn."""
+    bar = (bars or {}).get(phase)
+    if bar is not None and not bar.drawn and prog.phase == phase:
+        bar.update(prog.done, prog.total, force=True)
+        bar.close()
+
+
 def _train(input_path, vocab_size, special_tokens=None, *, pattern="gpt2", num_threads=None,
            min_frequency=None, progress=False, block_size=0, parallel_words=0):
     """train_bpe plus timings: returns (vocab, merges, stats) where stats has count_seconds,
@@ -265,8 +273,11 @@ def _train(input_path, vocab_size, special_tokens=None, *, pattern="gpt2", num_t
         counts = run_cancellable(count_py, prog, None)
         _add_words(trainer, counts)
     t1 = time.perf_counter()
+    if cid:
+        _finish_bar(bars, lib.BPE_PHASE_READ, prog)
     rc = run_cancellable(lambda: lib.bpe_trainer_merge(trainer, prog), prog, bars)
     raise_for(rc, "merging")
+    _finish_bar(bars, lib.BPE_PHASE_MERGE, prog)
     t2 = time.perf_counter()
     vocab, merges = _result(trainer, specials)
     stats = {"count_seconds": t1 - t0, "merge_seconds": t2 - t1,
