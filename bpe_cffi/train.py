@@ -231,6 +231,8 @@ def _train(input_path, vocab_size, special_tokens=None, *, pattern="gpt2", num_t
     if vocab_size < 256 + len(specials):
         raise ValueError(f"vocab_size must be at least 256 + {len(specials)} special tokens "
                          f"= {256 + len(specials)}, got {vocab_size}")
+    if vocab_size > 2**32 - 1:
+        raise ValueError(f"vocab_size must be below 2**32, got {vocab_size}")
     if num_threads is not None:
         _check_int("num_threads", num_threads, 1)
     if min_frequency is not None:

@@ -379,12 +379,15 @@ def test_empty_corpus(tmp_path, pattern):
         assert vocab[256] == b"<|endoftext|>"
 
 
-def test_corpus_runs_out_of_pairs(tmp_path):
+@pytest.mark.parametrize("vocab_size", [1000, 2**31])
+def test_corpus_runs_out_of_pairs(tmp_path, vocab_size):
     p = tmp_path / "t.txt"
     p.write_bytes(b"abcd")
-    vocab, merges = train_bpe(p, 1000, pattern=GPT2_PY)
+    vocab, merges = train_bpe(p, vocab_size, pattern=GPT2_PY)
     assert merges == [(b"c", b"d"), (b"b", b"cd"), (b"a", b"bcd")]
     assert len(vocab) == 259
+    with pytest.raises(ValueError):
+        train_bpe(p, 2**32 + 5)
 
 
 @pytest.mark.parametrize("pattern", ["gpt2", GPT2_PY])
