@@ -25,6 +25,12 @@ void bpe_special_matcher_free(bpe_special_matcher *m);   /* NULL is fine */
 int bpe_special_find(const bpe_special_matcher *m, const uint8_t *text, size_t len, size_t pos,
                      const uint8_t *mode, size_t *start, size_t *index);
 
+/* The smallest p in [0, len) such that text[p..len) is a nonempty proper prefix of a token whose
+ * mode[i] is nonzero (mode NULL: every token), i.e. where a token could begin if more text
+ * followed; len when there is none.  (Added by the encoder: streaming holds such a tail back.) */
+size_t bpe_special_hold(const bpe_special_matcher *m, const uint8_t *text, size_t len,
+                        const uint8_t *mode);
+
 /* Length of token i, and of the longest token (0 when there are none). */
 size_t bpe_special_len(const bpe_special_matcher *m, size_t index);
 size_t bpe_special_max_len(const bpe_special_matcher *m);

@@ -7,6 +7,7 @@ import random
 
 import pytest
 import regex
+from hypothesis import given, settings, strategies as st
 
 from bpe_cffi._native import ffi, lib
 from bpe_cffi.patterns import CL100K, GPT2, O200K
@@ -88,6 +89,14 @@ def test_random_mixed_classes(name):
         check(name, random_text(rng, rng.randint(1, 14)))
 
 
+@settings(max_examples=5000 if LONG else 300, deadline=None)
+@given(st.lists(st.sampled_from(ALPHABET + WORDS), max_size=12) | st.text(max_size=20))
+def test_hypothesis_texts(parts):
+    text = "".join(parts)
+    for name in NAMES:
+        check(name, text)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_random_long_texts(name):
     rng = random.Random(99 + NAMES.index(name))
@@ -136,13 +145,12 @@ def test_corpora(name, corpus):
 @pytest.mark.parametrize("name", NAMES)
 def test_repetitive_inputs(name):
     """Catastrophic repetition stays correct (and linear: these are MBs, scanned once)."""
-    mb = 10 if LONG else 1
+    n = (10 << 20) if LONG else (256 << 10)
     rng = random.Random(5)
     letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-    texts = ["x" * (mb << 20), " " * (mb << 20), "^" * (mb << 20), "\n" * (mb << 20),
-             "".join(rng.choice(letters) for _ in range(mb << 20)),
-             "\U0001F600" * (mb << 18), "1" * (mb << 20), " \t" * (mb << 19),
-             "\u0301" * (mb << 19), "A" * (mb << 20), "'s" * (mb << 19)]
+    texts = ["x" * n, " " * n, "^" * n, "\n" * n, "".join(rng.choice(letters) for _ in range(n)),
+             "\U0001F600" * (n // 4), "1" * n, " \t" * (n // 2), "\u0301" * (n // 2), "A" * n,
+             "'s" * (n // 2), "A\u02b0" * (n // 3), " \n" * (n // 2), "\u3000" * (n // 3)]
     for t in texts:
         check(name, t)
 
@@ -167,3 +175,102 @@ def test_appends_to_existing_ends():
         assert list(ffi.unpack(ends.ids, ends.len)) == [1, 3, 2, 4]
     finally:
         lib.bpe_ids_free(ends)
+
+
+# ---- safe cuts ---------------------------------------------------------------------------------
+
+def re_pieces_b(name: str, data: bytes) -> list:
+    return re_pieces(name, data.decode("utf-8"))
+
+
+def check_cut(name: str, data: bytes, continuations) -> int:
+    """p = safe_cut(data); then for every continuation X the pieces of data+X are the pieces
+    of data[:p] followed by those of data[p:]+X (all pieces from regex)."""
+    p = lib.bpe_pretok_safe_cut(PATTERNS[name][0], data, len(data))
+    assert 0 <= p <= len(data)
+    if p == 0:
+        return p
+    head = data[:p].decode("utf-8")        # raises if p is not a character boundary
+    head_pieces = re_pieces(name, head)
+    for x in continuations:
+        whole = re_pieces_b(name, data + x)
+        tail = re_pieces_b(name, data[p:] + x)
+        assert head_pieces + tail == whole, (name, data, p, x)
+    return p
+
+
+def continuations(rng: random.Random) -> list:
+    xs = [b"", b" ", b"\n", b"\r\n", b"a", b"A", b"'s", b"'", b"1", b"/", b".", b"\xcc\x81",
+          b"  x", b"\n\n", " \u3000".encode()]
+    xs += [random_text(rng, rng.randint(1, 6)).encode("utf-8") for _ in range(6)]
+    return xs
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_safe_cut_random_texts(name):
+    rng = random.Random(77 + NAMES.index(name))
+    found = 0
+    for _ in range(200_000 if LONG else 1_500):
+        data = random_text(rng, rng.randint(1, 16)).encode("utf-8")
+        found += check_cut(name, data, continuations(rng)) > 0
+    assert found > 50  # the rule is not vacuous on mixed text
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("corpus", CORPORA)
+def test_safe_cut_corpora(name, corpus):
+    """Cut corpus slices at random lengths; also: real text has a safe cut within 4 KB."""
+    rng = random.Random(hash((name, corpus)) & 0xFFFF)
+    text = read_corpus(corpus, (4 << 20) if LONG else (256 << 10), 1 << 20)
+    data = text.encode("utf-8")
+    xs = continuations(rng)
+    misses = trials = 0
+    for _ in range(2000 if LONG else 60):
+        start = rng.randrange(len(data) // 2)
+        n = rng.randrange(1, 8192)
+        chunk = data[start:start + n].decode("utf-8", "ignore").encode("utf-8")
+        p = check_cut(name, chunk, xs[:6] if not LONG else xs)
+        if len(chunk) >= 4096:
+            trials += 1
+            misses += p == 0
+    assert misses <= trials // 20, f"{misses} of {trials} 4 KB+ slices had no safe cut"
+
+
+def test_safe_cut_simple_cases():
+    g, c, o = (PATTERNS[n][0] for n in NAMES)
+    cut = lib.bpe_pretok_safe_cut
+    assert cut(g, b"hello world", 11) == 5          # before the space
+    assert cut(c, b"hello world", 11) == 5
+    assert cut(o, b"hello world", 11) == 5
+    for pid in (g, c, o):
+        assert cut(pid, b"", 0) == 0
+        assert cut(pid, b"x", 1) == 0
+        assert cut(pid, b"   \n\n  ", 7) == 0      # only whitespace: never safe
+        assert cut(pid, b"1234567", 7) == 0         # inside a number
+        assert cut(pid, b"abcdef", 6) == 0          # inside a word
+    assert cut(0, b"a b", 3) == 0 and cut(4, b"a b", 3) == 0
+    # o200k: a letter followed by an apostrophe can still become a contraction
+    assert cut(o, b"don't", 5) == 0
+    assert cut(g, b"don't", 5) == 3 and cut(c, b"don't", 5) == 3
+
+
+def test_safe_cut_is_cheap_backwards_on_long_text():
+    data = ("word " * 200_000).encode()
+    for pid in (1, 2, 3):
+        assert lib.bpe_pretok_safe_cut(pid, data, len(data)) == len(data) - 1
+
+
+def test_invalid_utf8_never_crashes():
+    """The contract asks for valid UTF-8, but bad bytes must not crash or hang the scanner:
+    pieces stay non-empty, in order, and tile the input."""
+    rng = random.Random(11)
+    pool = [0x00, 0x20, 0x27, 0x41, 0x61, 0x0A, 0x0D, 0x80, 0xBF, 0xC2, 0xCC, 0xE0, 0xED, 0xF0,
+            0xF4, 0xFF]
+    for _ in range(3000):
+        data = bytes(rng.choice(pool) if rng.random() < 0.7 else rng.randrange(256)
+                     for _ in range(rng.randint(1, 30)))
+        for pid in (1, 2, 3):
+            ends = c_ends(pid, data)
+            assert ends and ends[-1] == len(data)
+            assert all(a < b for a, b in zip([0] + ends, ends))
+            assert 0 <= lib.bpe_pretok_safe_cut(pid, data, len(data)) <= len(data)

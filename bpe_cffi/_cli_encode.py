@@ -1,0 +1,66 @@
+"""`bpe-cffi encode`: encode a text file into a flat binary array of token ids."""
+import argparse
+import os
+import sys
+
+DESCRIPTION = """\
+Encode the UTF-8 text file INPUT into OUT, a flat array of little-endian token ids
+(uint16 or uint32, no header), in parallel.  Read it back with numpy:
+
+    ids = numpy.fromfile("OUT.bin", dtype=numpy.uint16)
+
+Bytes of INPUT that are not valid UTF-8 are read as U+FFFD.  Special tokens of the tokenizer
+(e.g. <|endoftext|>) found in the text are encoded as their ids.  Ctrl-C stops the job and
+removes the partial output.
+
+--tokenizer accepts any file `bpe_cffi.load` reads: a tokenizer.json (as written by
+Tokenizer.save), a GPT-2 vocab.json (merges.txt is looked for beside it), or a .tiktoken file
+(the split pattern is inferred for the standard 50k/100k/200k vocabularies; otherwise give
+--pattern).
+"""
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "encode", help="encode a text file into a binary array of token ids",
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("input", metavar="INPUT", help="text file to encode (UTF-8)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="where to write the ids (e.g. train.bin); replaced if it exists")
+    p.add_argument("--tokenizer", required=True, metavar="PATH",
+                   help="tokenizer.json, vocab.json (with merges.txt beside it) or .tiktoken")
+    p.add_argument("--merges", metavar="PATH",
+                   help="merges.txt, when --tokenizer is a vocab.json and it is not beside it")
+    p.add_argument("--pattern", metavar="NAME|REGEX",
+                   help="split pattern (gpt2, cl100k, o200k or a regex); default: from the "
+                        "tokenizer file")
+    p.add_argument("--dtype", choices=["uint16", "uint32"],
+                   help="id width; default uint16 when the vocabulary has at most 65536 ids, "
+                        "else uint32")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="worker threads (default: one per core)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="do not draw the progress bar on stderr")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from .tokenizer import load
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be at least 1, not {args.threads}")
+    if not os.path.isfile(args.input):
+        raise FileNotFoundError(2, "input file not found", args.input)
+    out_dir = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(out_dir):
+        raise FileNotFoundError(2, "output directory does not exist", out_dir)
+    kw = {}
+    if args.pattern:
+        kw["pattern"] = args.pattern
+    source = (args.tokenizer, args.merges) if args.merges else args.tokenizer
+    tok = load(source, **kw)
+    with tok:
+        n = tok.encode_file(args.input, args.output, dtype=args.dtype,
+                            num_threads=args.threads, progress=not args.no_progress)
+        width = args.dtype or ("uint16" if tok.n_vocab <= 65536 else "uint32")
+    print(f"{n:,} tokens ({width}) written to {args.output}", file=sys.stderr)
+    return 0

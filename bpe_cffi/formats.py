@@ -1,0 +1,529 @@
+"""Reading and writing vocabulary files, with errors that name the file and line.
+
+Formats:
+  - GPT-2 `vocab.json` (token string -> id) + `merges.txt` (one "left right" pair a line,
+    rank = order; an optional first line starting with "#version" is skipped).  Token strings
+    are written in GPT-2's byte-to-unicode alphabet: every byte maps to one printable
+    character, so a token's bytes are recovered character by character.
+  - tiktoken `.tiktoken`: one "base64(token bytes) rank" pair a line; rank = token id.
+  - HuggingFace `tokenizer.json` (model type BPE, byte-level alphabet).  We write it so that
+    `tokenizers.Tokenizer.from_file` reproduces our ids, plus a "bpe_cffi" key inside "model"
+    (HF ignores unknown keys there but rejects them at the top level) recording the merge
+    rule and split pattern, so `read_hf` restores the exact tokenizer.
+
+Every reader validates what it returns: malformed, truncated or inconsistent input raises
+ValueError("<file>:<line>: <what is wrong>"); a missing file raises the OSError from open().
+"""
+import base64
+import binascii
+import json
+import os
+import tempfile
+from functools import lru_cache
+
+RULE_MERGES = "merges"
+RULE_TIKTOKEN = "tiktoken"
+
+
+# ---- GPT-2's byte <-> unicode alphabet ------------------------------------------------
+
+@lru_cache(maxsize=None)
+def byte_to_unicode() -> tuple:
+    """A tuple of 256 one-character strings: the printable stand-in for each byte.
+
+    Bytes that are printable Latin-1 characters (other than space) stand for themselves; the
+    remaining 68 bytes, in increasing order, get the characters U+0100, U+0101, ..."""
+    keep = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
+    table = []
+    extra = 0
+    for b in range(256):
+        if b in keep:
+            table.append(chr(b))
+        else:
+            table.append(chr(256 + extra))
+            extra += 1
+    return tuple(table)
+
+
+@lru_cache(maxsize=None)
+def unicode_to_byte() -> dict:
+    return {c: b for b, c in enumerate(byte_to_unicode())}
+
+
+def bytes_to_token_str(data: bytes) -> str:
+    table = byte_to_unicode()
+    return "".join(table[b] for b in data)
+
+
+@lru_cache(maxsize=None)
+def _decode_table() -> dict:
+    """str.translate table: alphabet character -> the byte's code point; any other code
+    point below 256 -> U+FFFF (so the latin-1 encode that follows fails)."""
+    table = {i: 0xFFFF for i in range(256)}
+    for b, c in enumerate(byte_to_unicode()):
+        table[ord(c)] = b
+    return table
+
+
+def token_str_to_bytes(s: str, where: str) -> bytes:
+    """The bytes a byte-level token string stands for; ValueError naming `where` if a
+    character is outside the alphabet."""
+    try:
+        return s.translate(_decode_table()).encode("latin-1")
+    except UnicodeEncodeError:
+        dec = unicode_to_byte()
+        bad = next(c for c in s if c not in dec)
+        raise ValueError(f"{where}: token {s!r} has the character {bad!r}, which is "
+                         f"not in GPT-2's byte-level alphabet") from None
+
+
+# ---- helpers ------------------------------------------------------------------------
+
+def _read_text(path) -> str:
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line}: not valid UTF-8 ({exc.reason})") from None
+
+
+def _parse_json(text, path, **kw):
+    try:
+        return json.loads(text, **kw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{os.fspath(path)}:{exc.lineno}: bad JSON: {exc.msg} "
+                         f"(column {exc.colno})") from None
+
+
+def _load_json(path):
+    return _parse_json(_read_text(path), path)
+
+
+class _Pairs(list):
+    """A JSON object kept as its list of (key, value) pairs, so duplicate keys are seen."""
+
+
+def _pairs_top(pairs):
+    return _Pairs(pairs)
+
+
+def _check_id(value, where: str) -> int:
+    if type(value) is not int:  # bool is not an id either
+        raise ValueError(f"{where}: token id {value!r} is not an integer")
+    if value < 0 or value >= 2 ** 32 - 1:
+        raise ValueError(f"{where}: token id {value} is out of range (0 .. 2**32-2)")
+    return value
+
+
+def _json_key_lines(text: str, keys) -> dict:
+    """Best-effort line numbers of JSON object keys (for error messages only)."""
+    wanted = set(keys)
+    found = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped.startswith('"'):
+            continue
+        try:
+            key, _ = json.JSONDecoder().raw_decode(stripped)
+        except json.JSONDecodeError:
+            continue
+        if key in wanted and key not in found:
+            found[key] = lineno
+    return found
+
+
+# ---- GPT-2 vocab.json + merges.txt ----------------------------------------------------
+
+def vocab_from_token_strings(mapping, path, text=None) -> dict:
+    """{token string: id} (byte-level alphabet) -> {id: bytes}, checked.  `text` (the file's
+    text) is used to give the line of a bad entry."""
+    path = os.fspath(path)
+    if isinstance(mapping, _Pairs):  # a JSON object as its pairs: duplicates still visible
+        pairs = mapping
+    elif isinstance(mapping, dict):
+        pairs = list(mapping.items())
+    else:
+        raise ValueError(f"{path}:1: expected a JSON object mapping token strings to ids, "
+                         f"found {type(mapping).__name__}")
+    vocab = {}
+    by_bytes = {}
+    seen_str = set()
+
+    def fail(s, msg):
+        line = _json_key_lines(text, [s]).get(s) if text is not None else None
+        where = f"{path}:{line}" if line else path
+        raise ValueError(f"{where}: token {s!r}: {msg}")
+
+    for s, i in pairs:
+        if not isinstance(s, str):
+            fail(s, "token must be a string")
+        if s in seen_str:
+            fail(s, "appears twice")
+        seen_str.add(s)
+        if type(i) is not int or not 0 <= i < 2 ** 32 - 1:
+            fail(s, f"id {i!r} is not an integer in 0 .. 2**32-2")
+        b = token_str_to_bytes(s, path)
+        if not b:
+            fail(s, "the empty string is not a token")
+        if i in vocab:
+            fail(s, f"duplicate id {i} (also token {bytes_to_token_str(vocab[i])!r})")
+        if b in by_bytes:
+            fail(s, f"duplicate token bytes {b!r} (ids {by_bytes[b]} and {i})")
+        vocab[i] = b
+        by_bytes[b] = i
+    return vocab
+
+
+def read_gpt2_vocab(path) -> dict:
+    """vocab.json -> {id: bytes}."""
+    text = _read_text(path)
+    pairs = _parse_json(text, path, object_pairs_hook=_pairs_top)
+    return vocab_from_token_strings(pairs, path, text)
+
+
+def read_gpt2_merges(path, with_lines: bool = False):
+    """merges.txt -> [(left bytes, right bytes)] in rank order (and, with with_lines, the
+    line number of each merge)."""
+    path = os.fspath(path)
+    merges = []
+    lines = []
+    cache = {}
+    for lineno, line in enumerate(_read_text(path).split("\n"), 1):
+        line = line.rstrip("\r")
+        if lineno == 1 and line.startswith("#version"):
+            continue
+        if not line.strip():
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2 or not parts[0] or not parts[1]:
+            raise ValueError(f"{path}:{lineno}: a merge line must be two tokens separated by "
+                             f"one space, found {line!r}")
+        a, b = parts
+        if a not in cache:
+            cache[a] = token_str_to_bytes(a, f"{path}:{lineno}")
+        if b not in cache:
+            cache[b] = token_str_to_bytes(b, f"{path}:{lineno}")
+        merges.append((cache[a], cache[b]))
+        lines.append(lineno)
+    return (merges, lines) if with_lines else merges
+
+
+def check_merges(vocab: dict, merges, where: str = "merges",
+                 line_of=lambda i: None) -> list:
+    """[(left bytes, right bytes)] -> [(left id, right id)], checking that both parts and
+    their concatenation are tokens.  `line_of(i)` gives the file line of merge i, if any."""
+    ids = {b: i for i, b in vocab.items()}
+    try:                                   # fast path: all well formed
+        out = [(ids[a], ids[b]) for a, b in merges]
+        if all(a + b in ids for a, b in merges):
+            return out
+    except (KeyError, TypeError, ValueError):
+        pass
+    out = []
+    for k, pair in enumerate(merges):
+        loc = line_of(k)
+        prefix = f"{where}:{loc}" if loc is not None else f"{where}: merge {k}"
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ValueError(f"{prefix}: a merge must be a pair of bytes, found {pair!r}")
+        a, b = pair
+        if not isinstance(a, (bytes, bytearray)) or not isinstance(b, (bytes, bytearray)):
+            raise ValueError(f"{prefix}: merge parts must be bytes, found {pair!r}")
+        a, b = bytes(a), bytes(b)
+        for part in (a, b):
+            if part not in ids:
+                raise ValueError(f"{prefix}: merge part {part!r} is not in the vocabulary")
+        if a + b not in ids:
+            raise ValueError(f"{prefix}: the result {a + b!r} of merging {a!r} and {b!r} is "
+                             f"not in the vocabulary")
+        out.append((ids[a], ids[b]))
+    return out
+
+
+def write_gpt2(vocab: dict, merges, vocab_path, merges_path) -> None:
+    """Writes vocab.json + merges.txt ({id: bytes}, [(bytes, bytes)])."""
+    data = {bytes_to_token_str(b): i for i, b in sorted(vocab.items())}
+    atomic_write(vocab_path, json.dumps(data, ensure_ascii=False).encode("utf-8"))
+    lines = ["#version: 0.2"] + [f"{bytes_to_token_str(a)} {bytes_to_token_str(b)}"
+                                 for a, b in merges]
+    atomic_write(merges_path, ("\n".join(lines) + "\n").encode("utf-8"))
+
+
+# ---- tiktoken ---------------------------------------------------------------------------
+
+def read_tiktoken(path) -> dict:
+    """A .tiktoken file -> {rank (= id): bytes}."""
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        raw = f.read()
+    vocab = {}
+    a2b = binascii.a2b_base64
+    try:
+        a2b(b"QQ==", strict_mode=True)
+        strict = {"strict_mode": True}
+    except TypeError:             # Python < 3.11
+        strict = {}
+    limit = 2 ** 32 - 1
+    for lineno, line in enumerate(raw.split(b"\n"), 1):
+        parts = line.split()
+        if len(parts) != 2:
+            if not parts:
+                continue
+            what = "a rank is missing" if len(parts) == 1 else f"{len(parts)} fields"
+            raise ValueError(f"{path}:{lineno}: expected 'base64-token rank', {what}")
+        b64, r = parts
+        try:
+            tok = a2b(b64, **strict)
+        except (binascii.Error, ValueError):
+            tok = None
+        if not tok:
+            raise ValueError(f"{path}:{lineno}: bad base64 {b64[:40]!r}")
+        if not r.isdigit():
+            raise ValueError(f"{path}:{lineno}: rank {r[:40]!r} is not a non-negative integer")
+        rank = int(r)
+        if rank >= limit or rank in vocab:
+            raise ValueError(f"{path}:{lineno}: " + (f"duplicate rank {rank}" if rank in vocab
+                                                     else f"rank {rank} is out of range"))
+        vocab[rank] = tok
+    if not vocab:
+        raise ValueError(f"{path}:1: no tokens in the file")
+    if len(set(vocab.values())) != len(vocab):
+        seen = {}
+        for rank, tok in vocab.items():       # insertion order = line order
+            if tok in seen:
+                line = _tiktoken_line_of(raw, rank)
+                raise ValueError(f"{path}:{line}: duplicate token {tok!r} (ranks {seen[tok]} "
+                                 f"and {rank})")
+            seen[tok] = rank
+    return vocab
+
+
+def _tiktoken_line_of(raw: bytes, rank: int) -> int:
+    for lineno, line in enumerate(raw.split(b"\n"), 1):
+        parts = line.split()
+        if len(parts) == 2 and parts[1] == str(rank).encode():
+            return lineno
+    return 0
+
+
+def write_tiktoken(vocab: dict, path) -> None:
+    lines = [base64.b64encode(b) + b" " + str(i).encode() for i, b in sorted(vocab.items())]
+    atomic_write(path, b"\n".join(lines) + b"\n")
+
+
+def bpe_split_tiktoken(ranks: dict, token: bytes, max_rank: int) -> list:
+    """tiktoken's merge rule on `token` using only tokens ranked below max_rank: the parts
+    it ends with (used to synthesize a merge list for a tiktoken vocabulary)."""
+    parts = [token[i:i + 1] for i in range(len(token))]
+    while len(parts) > 1:
+        best = None
+        best_i = -1
+        for i in range(len(parts) - 1):
+            r = ranks.get(parts[i] + parts[i + 1])
+            if r is not None and r < max_rank and (best is None or r < best):
+                best, best_i = r, i
+        if best is None:
+            break
+        parts[best_i:best_i + 2] = [parts[best_i] + parts[best_i + 1]]
+    return parts
+
+
+def synthesize_merges(vocab: dict) -> list:
+    """A ranked merge list [(left bytes, right bytes)] for a tiktoken vocabulary {rank: bytes}:
+    for each token of 2+ bytes, in rank order, the two parts tiktoken's rule reaches when only
+    lower-ranked tokens exist.  Tokens the rule cannot build from two parts get no merge (with
+    ignore_merges they are still emitted when a whole piece equals them)."""
+    ranks = {b: r for r, b in vocab.items()}
+    merges = []
+    for rank, tok in sorted(vocab.items()):
+        if len(tok) < 2:
+            continue
+        parts = bpe_split_tiktoken(ranks, tok, rank)
+        if len(parts) == 2:
+            merges.append((parts[0], parts[1]))
+    return merges
+
+
+# ---- HuggingFace tokenizer.json ----------------------------------------------------------
+
+def hf_json(vocab: dict, merges, special: dict, pattern_regex: str, rule: str,
+            pattern_name) -> dict:
+    """The tokenizer.json document for an ordinary vocab {id: bytes}, merges [(bytes, bytes)],
+    special tokens {str: id}."""
+    added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True}
+             for s, i in sorted(special.items(), key=lambda kv: kv[1])]
+    model_vocab = {bytes_to_token_str(b): i for i, b in sorted(vocab.items())}
+    for s, i in special.items():
+        # HF gives an added token the id of the model token with the same string, and
+        # otherwise the next free id: list them in the model vocab to keep our ids.
+        if model_vocab.get(s, i) != i:
+            raise ValueError(f"special token {s!r} (id {i}) has the same string as ordinary "
+                             f"token {model_vocab[s]} in the byte-level alphabet; HF's "
+                             f"tokenizer.json cannot hold both")
+        model_vocab[s] = i
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": onig_regex(pattern_regex)},
+                 "behavior": "Isolated", "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                 "use_regex": False},
+            ],
+        },
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                    "use_regex": False},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": True,
+            "vocab": model_vocab,
+            "merges": [[bytes_to_token_str(a), bytes_to_token_str(b)] for a, b in merges],
+            # ours; HF ignores unknown keys inside "model" (but rejects them at top level)
+            "bpe_cffi": {
+                "format": 1,
+                "rule": rule,
+                "pattern": pattern_name if pattern_name else pattern_regex,
+            },
+        },
+    }
+
+
+def onig_regex(pattern: str) -> str:
+    """The pattern in the dialect of HF's regex engine (Oniguruma, Ruby syntax), where
+    `X{m,n}+` is not possessive but means `(?:X{m,n})+`.  Possessive bounded repeats become
+    greedy ones: in our patterns nothing follows them inside their alternative, so the
+    matches are the same."""
+    import re
+    return re.sub(r"(?<!\\)(\{\d+(?:,\d*)?\})\+", r"\1", pattern)
+
+
+def write_hf(path, doc: dict) -> None:
+    atomic_write(path, json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8"))
+
+
+def _find_split_regex(pre, path):
+    """The regex of the first Split pre-tokenizer, or "gpt2" for a ByteLevel with use_regex,
+    or None."""
+    if not isinstance(pre, dict):
+        return None
+    kind = pre.get("type")
+    if kind == "Sequence":
+        for p in pre.get("pretokenizers") or []:
+            found = _find_split_regex(p, path)
+            if found is not None:
+                return found
+        return None
+    if kind == "Split":
+        pat = pre.get("pattern") or {}
+        if isinstance(pat, dict) and "Regex" in pat:
+            return pat["Regex"]
+        if isinstance(pat, dict) and "String" in pat:
+            import regex
+            return regex.escape(pat["String"])
+        raise ValueError(f"{path}: Split pre-tokenizer without a pattern")
+    if kind == "ByteLevel" and pre.get("use_regex", True):
+        return "gpt2"
+    return None
+
+
+def read_hf(path, doc=None, text=None) -> dict:
+    """tokenizer.json -> dict(vocab={id: bytes}, merges=[(bytes, bytes)], special={str: id},
+    rule=..., pattern=..., ignore_merges=bool)."""
+    path = os.fspath(path)
+    if doc is None:
+        text = _read_text(path)
+        doc = _parse_json(text, path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict):
+        raise ValueError(f"{path}:1: not a tokenizer.json (no \"model\" object)")
+    model = doc["model"]
+    if model.get("type", "BPE") != "BPE":
+        raise ValueError(f"{path}: model type {model.get('type')!r} is not BPE")
+    if model.get("byte_fallback"):
+        raise ValueError(f"{path}: byte_fallback BPE models are not byte-level; unsupported")
+    raw_vocab = model.get("vocab")
+    if not isinstance(raw_vocab, dict):
+        raise ValueError(f"{path}: model.vocab must be an object")
+    raw_merges = model.get("merges")
+    if not isinstance(raw_merges, list):
+        raise ValueError(f"{path}: model.merges must be a list")
+    special = {}
+    for k, t in enumerate(doc.get("added_tokens") or []):
+        if not isinstance(t, dict) or not isinstance(t.get("content"), str) or not t["content"]:
+            raise ValueError(f"{path}: added_tokens[{k}] has no content")
+        special[t["content"]] = _check_id(t.get("id"), f"{path}: added_tokens[{k}]")
+    # added tokens may also appear in model.vocab, as raw strings; drop them there.
+    raw_vocab = {s: i for s, i in raw_vocab.items() if not (s in special and special[s] == i)}
+    vocab = vocab_from_token_strings(raw_vocab, path, text)
+    merges = []
+    for k, m in enumerate(raw_merges):
+        if isinstance(m, str):
+            parts = m.split(" ")
+        elif isinstance(m, list):
+            parts = m
+        else:
+            parts = None
+        if not parts or len(parts) != 2 or not all(isinstance(p, str) and p for p in parts):
+            raise ValueError(f"{path}: model.merges[{k}] must be two tokens, found {m!r}")
+        merges.append((token_str_to_bytes(parts[0], f"{path}: model.merges[{k}]"),
+                       token_str_to_bytes(parts[1], f"{path}: model.merges[{k}]")))
+    ours = model.get("bpe_cffi") if isinstance(model.get("bpe_cffi"), dict) else {}
+    rule = ours.get("rule", RULE_MERGES)
+    if rule not in (RULE_MERGES, RULE_TIKTOKEN):
+        raise ValueError(f"{path}: bpe_cffi.rule {rule!r} is neither 'merges' nor 'tiktoken'")
+    pattern = ours.get("pattern")
+    if pattern is None:
+        pattern = _find_split_regex(doc.get("pre_tokenizer"), path)
+        if pattern is None:
+            raise ValueError(f"{path}: no Split regex or ByteLevel pre-tokenizer; cannot tell "
+                             f"how to split text")
+    if not isinstance(pattern, str):
+        raise ValueError(f"{path}: bpe_cffi.pattern must be a string")
+    return {"vocab": vocab, "merges": merges, "special": special, "rule": rule,
+            "pattern": pattern, "ignore_merges": bool(model.get("ignore_merges", False))}
+
+
+# ---- writing files safely -------------------------------------------------------------
+
+def atomic_write(path, data: bytes) -> None:
+    """Write `data` to `path` via a temporary file in the same directory, fsync, rename: a
+    reader sees the old file or the whole new one, never a part."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)

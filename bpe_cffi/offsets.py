@@ -1,0 +1,197 @@
+"""Character offsets for byte-level BPE tokens, in both directions.
+
+A byte-level token is a byte string, and its boundaries need not fall on UTF-8 character
+boundaries: "日" (e6 97 a5) may be split into the tokens b" \\xe6", b"\\x97", b"\\xa5".  Offsets
+are reported in characters (Python str indices), so a token that covers part of a character
+is given that whole character:
+
+* `encode_with_offsets` returns, per token, the span (start, end) of the characters its bytes
+  touch: the same as HF `tokenizers` `Encoding.offsets` for a byte-level vocabulary.  Two
+  tokens that share one character both report that character.
+* `decode_with_offsets` returns, per token, the index in the decoded text of the first
+  character that holds a byte of the token: tiktoken's `Encoding.decode_with_offsets`.
+
+How it is computed (one pass, no per-token decoding).  In valid UTF-8 a character starts at
+every byte that is not a continuation byte (0x80-0xBF).  So for each token id we need only two
+numbers, cached per tokenizer: how many characters start inside the token (its non-continuation
+bytes) and whether its first byte is a continuation byte.  Walking the ids with a running count
+`pos` of the characters started so far, a token covers characters [pos - first_is_cont,
+pos + starts).
+
+Invalid UTF-8 (only possible when decoding ids) follows Python's errors="replace" rule: each
+maximal invalid subpart becomes one U+FFFD, which is one character.  Such a subpart is either a
+lead byte with the continuation bytes that were valid after it (it starts where a character
+would start anyway) or a single stray continuation byte; the latter is the one extra place
+where a character starts, and the slow path counts those separately.
+"""
+import codecs
+import weakref
+from itertools import accumulate, chain
+from operator import sub
+
+__all__ = ["encode_with_offsets", "decode_with_offsets"]
+
+_CONT = bytes(range(0x80, 0xC0))   # UTF-8 continuation bytes
+
+
+class _Tables:
+    """Per-tokenizer caches, filled lazily with the ids met so far (at most the vocabulary):
+    starts[id] = characters starting in the token's bytes (its non-continuation bytes),
+    cont[id] = 1 if its first byte is a continuation byte else 0, nbytes[id] = its length."""
+
+    __slots__ = ("starts", "cont", "nbytes", "__weakref__")
+
+    def __init__(self):
+        self.starts = {}
+        self.cont = {}
+        self.nbytes = {}
+
+    def fill(self, tok, ids) -> None:
+        """Add every id of `ids` not cached yet; raises what tok.decode_single_token_bytes
+        raises for an unknown id."""
+        for i in set(ids).difference(self.starts):
+            b = tok.decode_single_token_bytes(i)
+            self.cont[i] = 1 if b and 0x80 <= b[0] < 0xC0 else 0
+            self.nbytes[i] = len(b)
+            self.starts[i] = len(b.translate(None, _CONT))
+
+
+# tokenizer -> _Tables; dropped with the tokenizer.
+_TABLES = weakref.WeakKeyDictionary()
+
+
+def _tables(tok) -> _Tables:
+    """The caches for `tok` (fresh ones each call if tok cannot be weakly referenced)."""
+    try:
+        t = _TABLES.get(tok)
+        if t is None:
+            t = _TABLES[tok] = _Tables()
+        return t
+    except TypeError:
+        return _Tables()
+
+
+def _ends_begins(tok, ids: list):
+    """For `ids` as if decoded as one valid UTF-8 string: (ends, begins), token k covering
+    characters [begins[k], ends[k]).  begins[k] is -1 only before any character started
+    (a leading continuation byte; never in valid UTF-8).
+
+    Performance: this runs on every encode_with_offsets, so the per-token work is done by
+    C iterators (map over dict lookups, accumulate, zip) rather than a Python loop: ends is
+    the running sum of starts, begins[k] = ends[k-1] - cont[k].
+    """
+    t = _tables(tok)
+    try:
+        ends = list(accumulate(map(t.starts.__getitem__, ids)))
+    except KeyError:
+        t.fill(tok, ids)
+        ends = list(accumulate(map(t.starts.__getitem__, ids)))
+    begins = list(map(sub, chain((0,), ends), map(t.cont.__getitem__, ids)))
+    return ends, begins
+
+
+def encode_with_offsets(tok, text: str, *, ordinary: bool = False, **encode_kwargs):
+    """Encode `text` and return (ids, offsets), offsets[k] = (start, end) in `text` of the
+    characters that token k's bytes belong to (HF `Encoding.offsets` for byte-level BPE).
+
+    `ordinary=True` encodes with tok.encode_ordinary (special tokens are plain text);
+    otherwise tok.encode(text, **encode_kwargs).  Raises TypeError for a non-str `text` and
+    whatever the tokenizer's encode raises.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, not {type(text).__name__}")
+    ids = tok.encode_ordinary(text) if ordinary else tok.encode(text, **encode_kwargs)
+    if not isinstance(ids, list):
+        ids = list(ids)
+    ends, begins = _ends_begins(tok, ids)
+    spans = list(zip(begins, ends))
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:          # surrogates: the tokenizer encoded a repair
+            spans = _surrogate_spans(tok, ids, text, spans)
+    return ids, spans
+
+
+def _surrogate_spans(tok, ids, text: str, spans: list) -> list:
+    """Map spans over the text the tokenizer actually encoded (surrogates repaired the way
+    tiktoken does: a lone one becomes U+FFFD, a high+low pair the character it encodes) back
+    to indices in the caller's `text`.  Rare, so simple: one entry per encoded character."""
+    encoded = tok.decode_bytes(ids).decode("utf-8", errors="replace")
+    first = []                              # encoded char index -> first index in `text`
+    i = 0
+    for ch in encoded:
+        first.append(i)
+        pair = (i + 1 < len(text) and "\ud800" <= text[i] <= "\udbff"
+                and "\udc00" <= text[i + 1] <= "\udfff" and ord(ch) > 0xFFFF)
+        i += 2 if pair else 1
+    if i != len(text):
+        raise ValueError("encode_with_offsets: the tokenizer changed the text in a way that "
+                         "cannot be mapped back to character offsets")
+    first.append(i)
+    return [(first[s], first[e]) for s, e in spans]
+
+
+def decode_with_offsets(tok, ids, errors: str = "strict"):
+    """Decode `ids` and return (text, offsets), offsets[k] = index in `text` of the first
+    character holding a byte of token k (tiktoken `Encoding.decode_with_offsets`).
+
+    errors="strict" (tiktoken's behaviour) raises UnicodeDecodeError when the bytes are not
+    valid UTF-8.  errors="replace" returns the text tok.decode gives (each maximal invalid
+    subpart -> one U+FFFD) with offsets counted in that text.  Other values: ValueError.
+    """
+    if errors not in ("strict", "replace"):
+        raise ValueError(f"errors must be 'strict' or 'replace', not {errors!r}")
+    ids = list(ids)
+    data = tok.decode_bytes(ids)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        if errors == "strict":
+            raise
+        return data.decode("utf-8", errors="replace"), _replace_offsets(tok, ids, data)
+    begins = _ends_begins(tok, ids)[1]
+    if begins and begins[0] < 0:            # tiktoken's max(0, ...); unreachable when valid
+        begins = [max(0, b) for b in begins]
+    return text, begins
+
+
+def _stray_continuations(data: bytes) -> list:
+    """Sorted byte positions of continuation bytes that Python's UTF-8 decoder replaces on
+    their own (each one is then a character of the decoded text)."""
+    stray = []
+    view = memoryview(data)
+    pos = 0
+    n = len(data)
+    while pos < n:
+        try:
+            codecs.utf_8_decode(view[pos:], "strict", True)   # no copy; stops at an error
+            break
+        except UnicodeDecodeError as exc:
+            start = pos + exc.start
+            if 0x80 <= data[start] < 0xC0:
+                stray.append(start)
+            pos += exc.end
+    return stray
+
+
+def _replace_offsets(tok, ids, data: bytes) -> list:
+    """decode_with_offsets offsets for invalid UTF-8 under errors="replace"."""
+    stray = _stray_continuations(data)
+    t = _tables(tok)
+    t.fill(tok, ids)
+    out = []
+    pos = 0          # characters started before the current token (lead bytes + strays)
+    byte = 0         # byte offset of the current token
+    k = 0            # next unread entry of `stray`
+    for i in ids:
+        first_stray = k < len(stray) and stray[k] == byte
+        out.append(max(0, pos - (t.cont[i] and not first_stray)))
+        pos += t.starts[i]
+        byte += t.nbytes[i]
+        while k < len(stray) and stray[k] < byte:
+            pos += 1
+            k += 1
+    if byte != len(data):   # pragma: no cover - decode_bytes disagrees with the tokens
+        raise ValueError("decode_with_offsets: token bytes do not add up to decode_bytes")
+    return out

@@ -1,0 +1,868 @@
+"""The Python face of the C encoder: `Tokenizer` and `load`.
+
+A Tokenizer owns one immutable C `bpe_tokenizer` (csrc/bpe.h), plus the Python-side facts it
+was built from (ordinary vocabulary, merges, special tokens, rule, pattern) so it can be saved.
+Every encode call checks its arguments here, hands the text to C as UTF-8 (zero-copy: a bytes
+object is passed straight through), and turns the C error code into an exception with a
+message naming the token, id or file.  CFFI releases the GIL during C calls, and the C
+tokenizer may be used by any number of threads at once, so one Tokenizer serves many threads.
+
+Two ways of splitting text:
+  - a built-in pattern ("gpt2", "cl100k", "o200k") runs in C, special tokens included;
+  - any other regex is run here with the `regex` module; special tokens are matched here too,
+    and only the BPE of the pieces runs in C (bpe_encode_pieces).
+
+Lifetime: `close()` (or leaving a `with` block) frees the C tokenizer at once; otherwise it is
+freed when the object is garbage collected (ffi.gc).  Do not close a tokenizer while another
+thread is still encoding with it.
+"""
+import os
+import threading
+
+from . import formats
+from . import patterns
+from ._native import ffi, lib, raise_for
+
+DEFAULT_CACHE_CAPACITY = 8192     # word-cache entries per thread
+
+_RULE_C = {formats.RULE_MERGES: lib.BPE_RULE_MERGES, formats.RULE_TIKTOKEN: lib.BPE_RULE_TIKTOKEN}
+
+# The special tokens of the well-known tiktoken vocabularies, by number of ordinary tokens.
+_KNOWN_TIKTOKEN = {
+    50256: ("gpt2", {"<|endoftext|>": 50256}),
+    100256: ("cl100k", {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258,
+                        "<|fim_middle|>": 100259, "<|fim_suffix|>": 100260,
+                        "<|endofprompt|>": 100276}),
+    199998: ("o200k", {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}),
+}
+
+
+def _utf8(text) -> bytes:
+    """UTF-8 of a str; lone surrogates become U+FFFD, as tiktoken does."""
+    if type(text) is not str:
+        if isinstance(text, str):
+            text = str(text)
+        else:
+            raise TypeError(f"text must be a str, not {type(text).__name__}")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+
+
+def _disallowed_error(token: str) -> ValueError:
+    return ValueError(
+        f"Encountered text corresponding to disallowed special token {token!r}.\n"
+        f"If you want this text to be encoded as a special token, pass it to `allowed_special`, "
+        f"e.g. `allowed_special={{{token!r}, ...}}`.\n"
+        f"If you want this text to be encoded as normal text, disable the check for this token "
+        f"by passing `disallowed_special=(enc.special_tokens_set - {{{token!r}}})`.\n"
+        f"To disable this check for all special tokens, pass `disallowed_special=()`.\n")
+
+
+class Tokenizer:
+    """A byte-level BPE tokenizer (see the module docstring).
+
+    Tokenizer(vocab, merges, special_tokens=None, *, pattern="gpt2") builds one from a
+    vocabulary {id: bytes} and a ranked merge list [(bytes, bytes)] (merge rank = list order;
+    what a BPE trainer returns).  Special tokens (strings) already in the vocabulary keep their
+    id; the others get the next free ids.
+    """
+
+    # ---- construction ---------------------------------------------------------------------
+
+    def __init__(self, vocab, merges, special_tokens=None, *, pattern: str = "gpt2",
+                 cache_capacity: int = DEFAULT_CACHE_CAPACITY, ignore_merges: bool = True):
+        if not isinstance(vocab, dict):
+            raise TypeError(f"vocab must be a dict {{id: bytes}}, not {type(vocab).__name__}")
+        clean = {}
+        seen = {}
+        for i, b in vocab.items():
+            if type(i) is not int and not (isinstance(i, int) and not isinstance(i, bool)):
+                raise TypeError(f"vocab: token id {i!r} is not an int")
+            if not isinstance(b, (bytes, bytearray, memoryview)):
+                raise TypeError(f"vocab: token {i} must be bytes, not {type(b).__name__}")
+            if i < 0 or i >= 2 ** 32 - 1:
+                raise ValueError(f"vocab: token id {i} is out of range")
+            b = bytes(b)
+            if not b:
+                raise ValueError(f"vocab: token {i} is empty")
+            if b in seen:
+                raise ValueError(f"vocab: tokens {seen[b]} and {i} have the same bytes {b!r}")
+            seen[b] = int(i)
+            clean[int(i)] = b
+        if merges is None:
+            merges = []
+        merges = list(merges)
+        merge_ids = formats.check_merges(clean, merges, "merges")
+        merges = [(clean[a], clean[b]) for a, b in merge_ids]
+        if special_tokens is None:
+            special_tokens = []
+        if isinstance(special_tokens, (str, bytes)):
+            raise TypeError("special_tokens must be a list of str, not a single string")
+        special = {}
+        next_id = max(clean, default=-1) + 1
+        for s in special_tokens:
+            if isinstance(s, (bytes, bytearray)):
+                s = bytes(s).decode("utf-8")
+            if not isinstance(s, str):
+                raise TypeError(f"special token {s!r} is not a str")
+            if not s:
+                raise ValueError("the empty string cannot be a special token")
+            if s in special:
+                continue
+            b = s.encode("utf-8")
+            if b in seen:
+                special[s] = seen[b]
+            else:
+                special[s] = next_id
+                next_id += 1
+        self._build(formats.RULE_MERGES, clean, merges, special, pattern, cache_capacity,
+                    ignore_merges)
+
+    @classmethod
+    def from_files(cls, vocab_filepath, merges_filepath, special_tokens=None, *,
+                   pattern: str = "gpt2", **kw) -> "Tokenizer":
+        """GPT-2 style vocab.json + merges.txt (byte-to-unicode alphabet)."""
+        vocab = formats.read_gpt2_vocab(vocab_filepath)
+        merges, lines = formats.read_gpt2_merges(merges_filepath, with_lines=True)
+        try:
+            return cls(vocab, merges, special_tokens, pattern=pattern, **kw)
+        except ValueError as exc:
+            if str(exc).startswith("merges:"):     # say which line of the file is wrong
+                formats.check_merges(vocab, merges, os.fspath(merges_filepath),
+                                     line_of=lambda k: lines[k])
+            raise
+
+    @classmethod
+    def from_tiktoken(cls, path, *, pattern: str = None, special_tokens=None,
+                      **kw) -> "Tokenizer":
+        """A .tiktoken file (base64 token, rank a line; rank = id), tiktoken's merge rule.
+
+        special_tokens: {str: id}; None means the known ones for cl100k_base / o200k_base /
+        r50k_base when the file is one of those (recognised by its size), else none.
+        pattern: required unless the file is one of those."""
+        vocab = formats.read_tiktoken(path)
+        known = _KNOWN_TIKTOKEN.get(len(vocab))
+        if pattern is None:
+            if known is None:
+                raise ValueError(f"{os.fspath(path)}: cannot infer the split pattern of a "
+                                 f"vocabulary of {len(vocab)} tokens; pass pattern= (a name: "
+                                 f"gpt2, cl100k, o200k, or a regex)")
+            pattern = known[0]
+        if special_tokens is None:
+            special_tokens = dict(known[1]) if known and max(vocab) + 1 == len(vocab) else {}
+        return cls._from_parts(formats.RULE_TIKTOKEN, vocab, [], special_tokens, pattern, **kw)
+
+    @classmethod
+    def _from_parts(cls, rule, vocab, merges, special, pattern,
+                    cache_capacity=DEFAULT_CACHE_CAPACITY, ignore_merges=True):
+        if not isinstance(special, dict):
+            raise TypeError("special_tokens must be a dict {str: id}")
+        by_bytes = {b: i for i, b in vocab.items()}
+        for s, i in special.items():
+            if not isinstance(s, str) or not s:
+                raise ValueError(f"special token {s!r} must be a non-empty str")
+            if type(i) is not int or not 0 <= i < 2 ** 32 - 1:
+                raise ValueError(f"special token {s!r}: id {i!r} is not a valid id")
+            if i in vocab and vocab[i] != s.encode("utf-8"):
+                raise ValueError(f"special token {s!r}: id {i} is already the ordinary token "
+                                 f"{vocab[i]!r}")
+            j = by_bytes.get(s.encode("utf-8"))
+            if j is not None and j != i:
+                raise ValueError(f"special token {s!r} has id {i} but is also the ordinary "
+                                 f"token {j}")
+        ids = list(special.values())
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"special tokens share an id: {special}")
+        self = cls.__new__(cls)
+        self._build(rule, vocab, merges, special, pattern, cache_capacity, ignore_merges)
+        return self
+
+    def _build(self, rule, vocab, merges, special, pattern, cache_capacity, ignore_merges):
+        """vocab {id: bytes} (may contain special tokens' bytes under their ids: those are
+        removed from the ordinary tokens), merges [(bytes, bytes)], special {str: id}."""
+        self._ptr = None
+        name, regex_str, cpattern = patterns.resolve(pattern)
+        if type(cache_capacity) is not int or cache_capacity < 0:
+            raise ValueError(f"cache_capacity must be an int >= 0, not {cache_capacity!r}")
+        special_ids = set(special.values())
+        vocab = {i: b for i, b in vocab.items() if i not in special_ids}
+        if len(vocab) != len({b for b in vocab.values()}):
+            raise ValueError("vocab: two tokens have the same bytes")
+        special_bytes = {s.encode("utf-8") for s in special}
+        merges = [(a, b) for a, b in merges if a + b not in special_bytes
+                  and a not in special_bytes and b not in special_bytes]
+        self._rule = rule
+        self._vocab = vocab
+        self._merges = merges
+        self._special = dict(special)
+        self._special_names = list(special)          # spec order = special_mode order
+        self._special_index = {s: k for k, s in enumerate(self._special_names)}
+        self._pattern_name = name
+        self._pattern_regex = regex_str
+        self._cpattern = cpattern
+        self._ignore_merges = bool(ignore_merges)
+        self._cache_capacity = cache_capacity
+        self._n_vocab = max(max(vocab, default=-1), max(special_ids, default=-1)) + 1
+        self._modes = {}
+        self._modes_lock = threading.Lock()
+        self._py_split = None
+        self._py_special_re = {}
+        if cpattern == 0:
+            import regex
+            self._py_split = regex.compile(regex_str)
+
+        order = sorted(vocab)
+        tok_bytes = b"".join(vocab[i] for i in order)
+        offsets = [0]
+        for i in order:
+            offsets.append(offsets[-1] + len(vocab[i]))
+        keep = []
+        spec = ffi.new("bpe_spec *")
+        spec.rule = _RULE_C[rule]
+        spec.pattern = cpattern
+        spec.ignore_merges = 1 if ignore_merges else 0
+        spec.cache_capacity = cache_capacity
+        spec.n_tokens = len(order)
+        c_bytes = ffi.new("uint8_t[]", tok_bytes)
+        c_offsets = ffi.new("size_t[]", offsets)
+        c_ids = ffi.new("uint32_t[]", order)
+        keep += [c_bytes, c_offsets, c_ids]
+        spec.token_bytes, spec.token_offsets, spec.token_ids = c_bytes, c_offsets, c_ids
+        if rule == formats.RULE_MERGES:
+            ids = {b: i for i, b in vocab.items()}
+            flat = []
+            for a, b in merges:
+                flat += (ids[a], ids[b])
+            c_merges = ffi.new("uint32_t[]", flat or 1)
+            keep.append(c_merges)
+            spec.n_merges = len(merges)
+            spec.merges = c_merges
+        sp_bytes = [s.encode("utf-8") for s in self._special_names]
+        sp_offsets = [0]
+        for b in sp_bytes:
+            sp_offsets.append(sp_offsets[-1] + len(b))
+        c_sp = ffi.new("uint8_t[]", b"".join(sp_bytes) or b"\0")
+        c_sp_off = ffi.new("size_t[]", sp_offsets)
+        c_sp_ids = ffi.new("uint32_t[]", [special[s] for s in self._special_names] or 1)
+        keep += [c_sp, c_sp_off, c_sp_ids]
+        spec.n_special = len(sp_bytes)
+        spec.special_bytes, spec.special_offsets, spec.special_ids = c_sp, c_sp_off, c_sp_ids
+
+        out = ffi.new("bpe_tokenizer **")
+        bad = ffi.new("size_t *")
+        rc = lib.bpe_tokenizer_new(spec, out, bad)
+        if rc == lib.BPE_ERR_VOCAB:
+            k = bad[0]
+            what = (f"token {order[k]} ({vocab[order[k]]!r})" if k < len(order)
+                    else f"index {k}")
+            raise ValueError(f"vocabulary rejected at {what}: {_strerror(rc)}")
+        if rc == lib.BPE_ERR_MERGE:
+            k = bad[0]
+            what = f"merge {k} {merges[k]!r}" if k < len(merges) else f"merge {k}"
+            raise ValueError(f"merges rejected at {what}: {_strerror(rc)}")
+        raise_for(rc, "building the tokenizer")
+        self._ptr = ffi.gc(out[0], lib.bpe_tokenizer_free)
+        self._all_mode = self._mode_for("all", ())
+
+    # ---- lifetime ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Free the C tokenizer now.  Safe to call twice; the tokenizer is unusable after."""
+        ptr, self._ptr = getattr(self, "_ptr", None), None
+        if ptr is not None:
+            ffi.release(ptr)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _handle(self):
+        ptr = self._ptr
+        if ptr is None:
+            raise ValueError("the tokenizer is closed")
+        return ptr
+
+    def __repr__(self) -> str:
+        pattern = self._pattern_name or repr(self._pattern_regex)
+        state = "" if self._ptr is not None else ", closed"
+        return (f"Tokenizer(n_vocab={self._n_vocab}, rule={self._rule}, pattern={pattern}, "
+                f"merges={len(self._merges)}, special_tokens={len(self._special)}{state})")
+
+    # ---- facts ------------------------------------------------------------------------------
+
+    @property
+    def n_vocab(self) -> int:
+        """Largest id + 1 (ordinary and special tokens)."""
+        return self._n_vocab
+
+    @property
+    def special_tokens(self) -> dict:
+        return dict(self._special)
+
+    @property
+    def special_tokens_set(self) -> set:
+        return set(self._special)
+
+    @property
+    def pattern(self) -> str:
+        """The pattern's name when it is a built-in one, else the regex."""
+        return self._pattern_name or self._pattern_regex
+
+    @property
+    def rule(self) -> str:
+        return self._rule
+
+    @property
+    def vocab(self) -> dict:
+        """{id: bytes} of every token, special tokens included (as their UTF-8)."""
+        v = dict(self._vocab)
+        for s, i in self._special.items():
+            v[i] = s.encode("utf-8")
+        return v
+
+    @property
+    def merges(self) -> list:
+        """The ranked merges [(bytes, bytes)] (for a tiktoken vocabulary: synthesized)."""
+        if self._rule == formats.RULE_TIKTOKEN:
+            return self._synth_merges()
+        return list(self._merges)
+
+    def _synth_merges(self):
+        cached = getattr(self, "_synth", None)
+        if cached is None:
+            cached = self._synth = formats.synthesize_merges(self._vocab)
+        return list(cached)
+
+    # ---- special-token modes -----------------------------------------------------------------
+
+    def _names(self, value, what: str) -> frozenset:
+        if isinstance(value, str):
+            raise ValueError(f"{what} must be 'all' or a set of special-token strings, not "
+                             f"{value!r}")
+        try:
+            names = frozenset(value)
+        except TypeError:
+            raise TypeError(f"{what} must be 'all' or a set of str, not "
+                            f"{type(value).__name__}") from None
+        unknown = [s for s in names if s not in self._special]
+        if unknown:
+            raise ValueError(f"{what}: {sorted(map(str, unknown))} are not special tokens of "
+                             f"this tokenizer (known: {sorted(self._special)})")
+        return names
+
+    def _sets(self, allowed_special, disallowed_special):
+        allowed = (frozenset(self._special) if allowed_special == "all"
+                   else self._names(allowed_special, "allowed_special"))
+        if disallowed_special == "all":
+            disallowed = frozenset(self._special) - allowed
+        else:
+            disallowed = self._names(disallowed_special, "disallowed_special") - allowed
+        return allowed, disallowed
+
+    def _mode_for(self, allowed_special, disallowed_special):
+        """The C special_mode array (or NULL) for these arguments; cached."""
+        key = (allowed_special if allowed_special == "all" else None,
+               disallowed_special if disallowed_special == "all" else None)
+        if key[0] is None or key[1] is None:
+            allowed, disallowed = self._sets(allowed_special, disallowed_special)
+            key = (allowed, disallowed)
+        mode = self._modes.get(key)
+        if mode is not None:
+            return mode
+        allowed, disallowed = self._sets(allowed_special, disallowed_special)
+        if not allowed and not disallowed:
+            mode = ffi.NULL
+        else:
+            values = [lib.BPE_SPECIAL_ALLOWED if s in allowed else
+                      lib.BPE_SPECIAL_DISALLOWED if s in disallowed else lib.BPE_SPECIAL_TEXT
+                      for s in self._special_names]
+            mode = ffi.new("uint8_t[]", values)
+        with self._modes_lock:
+            if len(self._modes) > 256:
+                self._modes.clear()
+            self._modes[key] = mode
+        return mode
+
+    def _raise_encode(self, rc, info, context="encode"):
+        if rc == lib.BPE_ERR_DISALLOWED:
+            k = info
+            name = self._special_names[k] if k < len(self._special_names) else f"#{k}"
+            raise _disallowed_error(name)
+        if rc == lib.BPE_ERR_NOBYTE:
+            raise ValueError(f"{context}: the text has a byte that is not a token (the "
+                             f"vocabulary lacks some single-byte tokens)")
+        raise_for(rc, context)
+
+    # ---- encoding ---------------------------------------------------------------------------
+
+    def encode(self, text, *, allowed_special="all", disallowed_special=()) -> list:
+        """Token ids of `text`.  Every special token in allowed_special ("all" or a set) is
+        emitted as its id (the longest where two start at the same place); one in
+        disallowed_special ("all": every special token not allowed) raises ValueError; any
+        other is encoded as text."""
+        data = _utf8(text)
+        if (allowed_special == "all" and disallowed_special == ()) or (
+                allowed_special == "all" and not disallowed_special):
+            mode = self._all_mode
+        else:
+            mode = self._mode_for(allowed_special, disallowed_special)
+        if self._cpattern == 0:
+            return self._encode_py(data, mode)
+        out = ffi.new("bpe_ids *")
+        info = ffi.new("size_t *")
+        rc = lib.bpe_encode(self._handle(), data, len(data), mode, out, info)
+        try:
+            if rc:
+                self._raise_encode(rc, info[0])
+            return ffi.unpack(out.ids, out.len) if out.len else []
+        finally:
+            lib.bpe_ids_free(out)
+
+    def encode_ordinary(self, text) -> list:
+        """Token ids of `text`, special tokens treated as ordinary text."""
+        data = _utf8(text)
+        if self._cpattern == 0:
+            return self._encode_py(data, ffi.NULL)
+        out = ffi.new("bpe_ids *")
+        rc = lib.bpe_encode(self._handle(), data, len(data), ffi.NULL, out, ffi.NULL)
+        try:
+            if rc:
+                self._raise_encode(rc, 0)
+            return ffi.unpack(out.ids, out.len) if out.len else []
+        finally:
+            lib.bpe_ids_free(out)
+
+    def __call__(self, text):
+        return self.encode(text)
+
+    def encode_iterable(self, iterable):
+        """Yield the ids of the concatenation of the strings of `iterable` (e.g. an open text
+        file), lazily, holding only about one chunk in memory.  The ids equal
+        encode("".join(iterable)) even where a chunk boundary cuts a piece or special token."""
+        if isinstance(iterable, str):
+            iterable = (iterable,)
+        if self._cpattern == 0:
+            return self._iter_py(iterable)
+        return self._iter_c(iterable)
+
+    def _iter_c(self, iterable):
+        mode = self._all_mode
+        out = ffi.new("bpe_ids *")
+        consumed = ffi.new("size_t *")
+        info = ffi.new("size_t *")
+        tail = b""
+        try:
+            for chunk in iterable:
+                data = _utf8(chunk)
+                if tail:
+                    data = tail + data
+                rc = lib.bpe_encode_prefix(self._handle(), data, len(data), mode, 0, out,
+                                           consumed, info)
+                if rc:
+                    self._raise_encode(rc, info[0], "encode_iterable")
+                tail = data[consumed[0]:]
+                if out.len:
+                    ids = ffi.unpack(out.ids, out.len)
+                    out.len = 0
+                    yield from ids
+            rc = lib.bpe_encode_prefix(self._handle(), tail, len(tail), mode, 1, out,
+                                       consumed, info)
+            if rc:
+                self._raise_encode(rc, info[0], "encode_iterable")
+            if out.len:
+                ids = ffi.unpack(out.ids, out.len)
+                out.len = 0
+                yield from ids
+        finally:
+            lib.bpe_ids_free(out)
+
+    def encode_batch(self, texts, *, num_threads=None, allowed_special="all",
+                     disallowed_special=()) -> list:
+        """[encode(t) for t in texts], computed by C on up to num_threads threads (None: one
+        per core)."""
+        if isinstance(texts, str):
+            raise TypeError("encode_batch takes a list of str, not a str")
+        texts = list(texts)
+        datas = [_utf8(t) for t in texts]
+        if num_threads is None:
+            num_threads = 0
+        if type(num_threads) is not int or num_threads < 0:
+            raise ValueError(f"num_threads must be an int >= 1 (or None), not {num_threads!r}")
+        mode = self._mode_for(allowed_special, disallowed_special)
+        n = len(datas)
+        if n == 0:
+            return []
+        if self._cpattern == 0:
+            return [self._encode_py(d, mode) for d in datas]
+        ptrs = ffi.new("uint8_t *[]", [ffi.from_buffer("uint8_t[]", d) for d in datas])
+        lens = ffi.new("size_t[]", [len(d) for d in datas])
+        outs = ffi.new("bpe_ids[]", n)
+        info = ffi.new("size_t *")
+        rc = lib.bpe_encode_batch(self._handle(), n, ptrs, lens, mode, num_threads, outs, info)
+        try:
+            if rc:
+                if rc == lib.BPE_ERR_DISALLOWED or rc == lib.BPE_ERR_NOBYTE:
+                    # info names the text; find the token with a single-text encode
+                    k = info[0]
+                    if k < n:
+                        self.encode(texts[k], allowed_special=allowed_special,
+                                    disallowed_special=disallowed_special)
+                self._raise_encode(rc, info[0], "encode_batch")
+            unpack = ffi.unpack
+            return [unpack(o.ids, o.len) if o.len else [] for o in outs]
+        finally:
+            for k in range(n):
+                lib.bpe_ids_free(outs + k)
+
+    def encode_file(self, input_path, output_path, *, dtype=None, num_threads=None,
+                    progress: bool = True) -> int:
+        """Encode the file input_path (UTF-8; invalid bytes read as U+FFFD) into output_path as
+        a flat little-endian array of ids (numpy.fromfile(output_path, dtype) reads it).
+        dtype: None (uint16 when n_vocab <= 65536, else uint32), "uint16", "uint32" or a numpy
+        dtype.  Shows a progress bar on stderr when progress is true; Ctrl-C stops it (and the
+        output file is removed).  Returns the number of ids written."""
+        width = self._id_width(dtype)
+        in_path = os.fspath(input_path)
+        out_path = os.fspath(output_path)
+        with open(in_path, "rb"):
+            pass                                # a missing input: FileNotFoundError naming it
+        if num_threads is None:
+            num_threads = 0
+        if type(num_threads) is not int or num_threads < 0:
+            raise ValueError(f"num_threads must be an int >= 1 (or None), not {num_threads!r}")
+        if self._cpattern == 0:
+            return self._encode_file_py(in_path, out_path, width)
+        from .progress import Bar, new_progress, run_cancellable
+        prog = new_progress()
+        n_tokens = ffi.new("uint64_t *")
+        info = ffi.new("size_t *")
+        ptr = self._handle()
+        mode = self._all_mode
+        c_in, c_out = os.fsencode(in_path), os.fsencode(out_path)
+
+        def call():
+            rc = lib.bpe_encode_file(ptr, c_in, c_out, width, mode, num_threads, prog,
+                                     n_tokens, info)
+            return rc, ffi.errno
+
+        bars = None
+        if progress:
+            bars = {lib.BPE_PHASE_READ: Bar(f"encode {os.path.basename(in_path)}", "B")}
+        rc, err = run_cancellable(call, prog, bars)
+        if rc == lib.BPE_ERR_IO:
+            raise OSError(err, f"encoding {in_path} into {out_path}: {_strerror(rc)}"
+                               + (f" ({os.strerror(err)})" if err else ""))
+        if rc:
+            self._raise_encode(rc, info[0], f"encoding {in_path}")
+        return int(n_tokens[0])
+
+    def _id_width(self, dtype) -> int:
+        if dtype is None:
+            return 2 if self._n_vocab <= 65536 else 4
+        name = dtype if isinstance(dtype, str) else None
+        if name is None:
+            try:
+                import numpy
+                name = numpy.dtype(dtype).name
+                if numpy.dtype(dtype).byteorder == ">":
+                    name = "big-endian " + name
+            except Exception:
+                name = repr(dtype)
+        if name not in ("uint16", "uint32"):
+            raise ValueError(f"dtype must be uint16 or uint32, not {name}")
+        if name == "uint16" and self._n_vocab > 65536:
+            raise ValueError(f"dtype uint16 cannot hold ids up to {self._n_vocab - 1}; use "
+                             f"uint32")
+        return 2 if name == "uint16" else 4
+
+    # ---- the Python-split path (custom regex) ---------------------------------------------
+
+    def _special_regex(self, names):
+        key = frozenset(names)
+        rx = self._py_special_re.get(key)
+        if rx is None:
+            import regex
+            alts = sorted((s.encode("utf-8") for s in names), key=len, reverse=True)
+            rx = regex.compile(b"|".join(regex.escape(a) for a in alts))
+            self._py_special_re[key] = rx
+        return rx
+
+    def _mode_sets(self, mode):
+        if mode == ffi.NULL:
+            return [], []
+        allowed = [s for k, s in enumerate(self._special_names)
+                   if mode[k] == lib.BPE_SPECIAL_ALLOWED]
+        disallowed = [s for k, s in enumerate(self._special_names)
+                      if mode[k] == lib.BPE_SPECIAL_DISALLOWED]
+        return allowed, disallowed
+
+    def _pieces(self, data: bytes, out: list) -> None:
+        """Split UTF-8 `data` with the custom regex; BPE each piece in C; extend out.  Text
+        the regex does not match is kept as a piece of its own (as HF's Split does), so
+        decode(encode(s)) == s for any regex."""
+        if not data:
+            return
+        text = data.decode("utf-8")
+        ends = []
+        pos = 0
+        for m in self._py_split.finditer(text):
+            s, e = m.span()
+            if e == s:
+                continue
+            if s > pos:
+                ends.append(s)
+            ends.append(e)
+            pos = e
+        if pos < len(text):
+            ends.append(len(text))
+        if len(text) != len(data):          # char offsets -> byte offsets
+            byte_ends = []
+            last_c = last_b = 0
+            for e in ends:
+                last_b += len(text[last_c:e].encode("utf-8"))
+                last_c = e
+                byte_ends.append(last_b)
+            ends = byte_ends
+        c_ends = ffi.new("size_t[]", ends)
+        res = ffi.new("bpe_ids *")
+        rc = lib.bpe_encode_pieces(self._handle(), data, c_ends, len(ends), res)
+        try:
+            if rc:
+                self._raise_encode(rc, 0)
+            if res.len:
+                out.extend(ffi.unpack(res.ids, res.len))
+        finally:
+            lib.bpe_ids_free(res)
+
+    def _encode_py(self, data: bytes, mode) -> list:
+        allowed, disallowed = self._mode_sets(mode)
+        if disallowed:
+            m = self._special_regex(disallowed).search(data)
+            if m:
+                raise _disallowed_error(m.group().decode("utf-8"))
+        out = []
+        if not allowed:
+            self._pieces(data, out)
+            return out
+        pos = 0
+        for m in self._special_regex(allowed).finditer(data):
+            self._pieces(data[pos:m.start()], out)
+            out.append(self._special[m.group().decode("utf-8")])
+            pos = m.end()
+        self._pieces(data[pos:], out)
+        return out
+
+    def _iter_py(self, iterable):
+        """encode_iterable for a custom regex: keeps the last two pieces (and any possible
+        start of a special token) as the tail carried into the next chunk.  Exact for
+        patterns whose pieces depend on at most the next piece, which covers the usual
+        GPT-style patterns."""
+        max_special = max((len(s.encode("utf-8")) for s in self._special), default=0)
+        tail = b""
+        for chunk in iterable:
+            data = tail + _utf8(chunk)
+            cut = self._py_safe_cut(data, max_special)
+            if cut:
+                yield from self._encode_py(data[:cut], self._all_mode)
+            tail = data[cut:]
+        yield from self._encode_py(tail, self._all_mode)
+
+    def _py_safe_cut(self, data: bytes, max_special: int) -> int:
+        text = data.decode("utf-8")
+        starts = [m.start() for m in self._py_split.finditer(text)]
+        if len(starts) < 3:
+            return 0
+        cut_c = starts[-2]
+        cut = len(text[:cut_c].encode("utf-8"))
+        if self._special:
+            # don't cut inside (or just before the rest of) a possible special token
+            lo = max(0, cut - max_special)
+            for s in self._special:
+                b = s.encode("utf-8")
+                j = data.find(b, lo)
+                while j != -1 and j < cut:
+                    if j + len(b) > cut:
+                        cut = j
+                    j = data.find(b, j + 1)
+        return cut
+
+    def _encode_file_py(self, in_path, out_path, width) -> int:
+        import array
+        typecode = "H" if width == 2 else "I"
+        n = 0
+        tmp = out_path + ".part"
+        try:
+            with open(in_path, "r", encoding="utf-8", errors="replace", newline="") as fin, \
+                    open(tmp, "wb") as fout:
+                buf = array.array(typecode)
+                for i in self.encode_iterable(fin):
+                    buf.append(i)
+                    if len(buf) >= 1 << 16:
+                        _write_le(fout, buf)
+                        n += len(buf)
+                        buf = array.array(typecode)
+                _write_le(fout, buf)
+                n += len(buf)
+            os.replace(tmp, out_path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        return n
+
+    # ---- decoding -------------------------------------------------------------------------
+
+    def _id_array(self, ids):
+        if hasattr(ids, "dtype") and hasattr(ids, "tolist"):
+            ids = ids.tolist()
+        elif not isinstance(ids, (list, tuple)):
+            if isinstance(ids, (str, bytes)):
+                raise TypeError(f"ids must be a sequence of int, not {type(ids).__name__}")
+            ids = list(ids)
+        try:
+            return ids, ffi.new("uint32_t[]", ids)
+        except (OverflowError, TypeError):
+            for k, i in enumerate(ids):
+                if isinstance(i, bool) or not isinstance(i, int):
+                    try:
+                        i.__index__()
+                    except (AttributeError, TypeError):
+                        raise TypeError(f"token id {i!r} at position {k} is not an "
+                                        f"int") from None
+                if not 0 <= int(i) < 2 ** 32:
+                    raise ValueError(f"unknown token id {i} at position {k}") from None
+            raise
+
+    def decode_bytes(self, ids) -> bytes:
+        """The bytes of a sequence of ids; ValueError naming an unknown id."""
+        ids, arr = self._id_array(ids)
+        if not ids:
+            return b""
+        out = ffi.new("bpe_bytes *")
+        bad = ffi.new("size_t *")
+        rc = lib.bpe_decode(self._handle(), arr, len(ids), out, bad)
+        try:
+            if rc == lib.BPE_ERR_ID:
+                k = bad[0]
+                raise ValueError(f"unknown token id {ids[k]} at position {k} (n_vocab is "
+                                 f"{self._n_vocab})")
+            raise_for(rc, "decode")
+            return ffi.unpack(ffi.cast("char *", out.data), out.len) if out.len else b""
+        finally:
+            lib.bpe_bytes_free(out)
+
+    def decode(self, ids) -> str:
+        """The text of a sequence of ids; bytes that are not valid UTF-8 become U+FFFD."""
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def decode_single_token_bytes(self, token_id) -> bytes:
+        if isinstance(token_id, bool) or not isinstance(token_id, int):
+            raise TypeError(f"token id must be an int, not {type(token_id).__name__}")
+        if not 0 <= token_id < 2 ** 32:
+            raise ValueError(f"unknown token id {token_id}")
+        p = ffi.new("uint8_t **")
+        n = ffi.new("size_t *")
+        rc = lib.bpe_token_bytes(self._handle(), token_id, p, n)
+        if rc == lib.BPE_ERR_ID:
+            raise ValueError(f"unknown token id {token_id}")
+        raise_for(rc, "decode_single_token_bytes")
+        return ffi.unpack(ffi.cast("char *", p[0]), n[0])
+
+    def decode_tokens_bytes(self, ids) -> list:
+        return [self.decode_single_token_bytes(i) for i in ids]
+
+    def token_to_id(self, token: bytes):
+        """The id of the ordinary token with exactly these bytes, or None."""
+        i = ffi.new("uint32_t *")
+        rc = lib.bpe_token_id(self._handle(), bytes(token), len(token), i)
+        return int(i[0]) if rc == lib.BPE_OK else None
+
+    # ---- saving -------------------------------------------------------------------------------
+
+    def save(self, path) -> None:
+        """Write the tokenizer to one file in HuggingFace's tokenizer.json format (readable by
+        `tokenizers.Tokenizer.from_file`, and by `load`, which restores it exactly),
+        atomically."""
+        merges = self.merges
+        doc = formats.hf_json(self._vocab, merges, self._special, self._pattern_regex,
+                              self._rule, self._pattern_name)
+        doc["model"]["ignore_merges"] = self._ignore_merges
+        formats.write_hf(path, doc)
+
+    def save_gpt2(self, vocab_path, merges_path) -> None:
+        """Write GPT-2 style vocab.json + merges.txt (special tokens included in vocab.json)."""
+        formats.write_gpt2(self.vocab, self.merges, vocab_path, merges_path)
+
+
+def _strerror(rc) -> str:
+    return ffi.string(lib.bpe_strerror(rc)).decode()
+
+
+def _write_le(f, arr) -> None:
+    import sys
+    if sys.byteorder != "little":
+        arr = arr[:]
+        arr.byteswap()
+    arr.tofile(f)
+
+
+def load(path, *, pattern: str = None, special_tokens=None, **kw) -> Tokenizer:
+    """Load a tokenizer from any supported file:
+      - a tokenizer.json (HuggingFace format, as written by Tokenizer.save);
+      - a GPT-2 vocab.json (merges.txt is looked for beside it: `<prefix>merges.txt` for a
+        `<prefix>vocab.json`, else `merges.txt`), or a (vocab.json, merges.txt) tuple;
+      - a .tiktoken file (pattern= names the split pattern; inferred for the standard 50k,
+        100k and 200k vocabularies).
+    """
+    if isinstance(path, (tuple, list)):
+        if len(path) != 2:
+            raise ValueError("load: a tuple must be (vocab.json, merges.txt)")
+        return Tokenizer.from_files(path[0], path[1], special_tokens,
+                                    pattern=pattern or "gpt2", **kw)
+    p = os.fspath(path)
+    if not os.path.exists(p):
+        raise FileNotFoundError(2, "No such file or directory", p)
+    with open(p, "rb") as f:
+        head = f.read(4096)
+    stripped = head.lstrip()
+    if p.endswith(".tiktoken") or (stripped and not stripped.startswith(b"{")):
+        return Tokenizer.from_tiktoken(p, pattern=pattern, special_tokens=special_tokens, **kw)
+    text = formats._read_text(p)
+    doc = formats._parse_json(text, p)
+    if isinstance(doc, dict) and isinstance(doc.get("model"), dict):
+        parts = formats.read_hf(p, doc, text)
+        if pattern is not None:
+            parts["pattern"] = pattern
+        special = parts["special"]
+        if special_tokens is not None:
+            raise ValueError("load: a tokenizer.json names its own special tokens; do not pass "
+                             "special_tokens")
+        kw.setdefault("ignore_merges", parts["ignore_merges"])
+        if parts["rule"] == formats.RULE_TIKTOKEN:
+            return Tokenizer._from_parts(formats.RULE_TIKTOKEN, parts["vocab"], [], special,
+                                         parts["pattern"], **kw)
+        vocab = parts["vocab"]
+        formats.check_merges(vocab, parts["merges"], p)
+        return Tokenizer._from_parts(formats.RULE_MERGES, vocab, parts["merges"], special,
+                                     parts["pattern"], **kw)
+    if not isinstance(doc, dict) or not all(type(i) is int for i in doc.values()):
+        raise ValueError(f"{p}: neither a tokenizer.json (no \"model\" object) nor a GPT-2 "
+                         f"vocab.json (an object of token: id)")
+    # a GPT-2 vocab.json: find merges.txt beside it
+    d, base = os.path.split(p)
+    candidates = []
+    if base.endswith("vocab.json"):
+        candidates.append(os.path.join(d, base[:-len("vocab.json")] + "merges.txt"))
+    candidates.append(os.path.join(d, "merges.txt"))
+    for m in candidates:
+        if os.path.exists(m):
+            return Tokenizer.from_files(p, m, special_tokens, pattern=pattern or "gpt2", **kw)
+    raise FileNotFoundError(2, f"{p} is a vocab.json but no merges file was found beside it "
+                               f"(tried {', '.join(candidates)}); pass (vocab, merges)",
+                            candidates[0])

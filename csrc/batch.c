@@ -1,0 +1,159 @@
+/*
+ * batch.c - bpe_encode_batch: many texts on several threads, and the small thread runner that
+ * encode_file.c shares.
+ *
+ * Design: threads are started per call and always joined before it returns; there is no
+ * persistent pool, so nothing survives into a fork()ed child and there is nothing to clean up
+ * at exit (fork safety without pthread_atfork).  A call with little work runs on the calling
+ * thread alone.  Workers take the next text index from one atomic counter; each owns a work
+ * slot (bpe_work) for its lifetime.  Results go straight into outs[i], so they are identical
+ * to bpe_encode of each text.  Error invariant: once some text fails, no worker claims a new
+ * index (new indexes are all larger), every claimed one finishes, and the smallest failing
+ * index is reported; then every output is restored to its length on entry.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "batch.h"
+#include "encode.h"
+#include "tokenizer.h"
+
+#define MIN_BYTES_PER_THREAD (64 * 1024)
+
+int bpe_thread_count(int n_threads, size_t work_items)
+{
+    long n = n_threads;
+    if (n <= 0) {
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+        if (n < 1)
+            n = 1;
+    }
+    if (n > 256)
+        n = 256;
+    if ((size_t)n > work_items)
+        n = (long)(work_items ? work_items : 1);
+    return (int)n;
+}
+
+typedef struct runner_arg {
+    void (*fn)(void *);
+    void *ctx;
+} runner_arg;
+
+static void *runner_main(void *p)
+{
+    runner_arg *a = p;
+    a->fn(a->ctx);
+    return NULL;
+}
+
+void bpe_run_threads(int n, void (*fn)(void *), void *ctx)
+{
+    pthread_t ids[256];
+    runner_arg arg = {fn, ctx};
+    int started = 0, i;
+    for (i = 1; i < n && i < 256; i++) {
+        if (pthread_create(&ids[started], NULL, runner_main, &arg) != 0)
+            break;   /* fewer threads: still correct, the others take the work */
+        started++;
+    }
+    fn(ctx);
+    for (i = 0; i < started; i++)
+        pthread_join(ids[i], NULL);
+}
+
+typedef struct batch {
+    const bpe_tokenizer *tok;
+    size_t n;
+    const uint8_t *const *texts;
+    const size_t *lens;
+    const uint8_t *mode;
+    bpe_ids *outs;
+    size_t next;        /* next index to claim (atomic) */
+    int failed;         /* 1 once some text failed (atomic) */
+    pthread_mutex_t lock;
+    size_t bad;         /* smallest failing index (under lock) */
+    int rc;             /* its error code (under lock) */
+} batch;
+
+static void record_error(batch *b, size_t i, int rc)
+{
+    pthread_mutex_lock(&b->lock);
+    if (b->rc == BPE_OK || i < b->bad) {
+        b->bad = i;
+        b->rc = rc;
+    }
+    pthread_mutex_unlock(&b->lock);
+    __atomic_store_n(&b->failed, 1, __ATOMIC_RELEASE);
+}
+
+static void batch_worker(void *p)
+{
+    batch *b = p;
+    bpe_work w;
+    bpe_work_open(b->tok, &w);
+    for (;;) {
+        size_t i, info = 0;
+        int rc;
+        if (__atomic_load_n(&b->failed, __ATOMIC_ACQUIRE))
+            break;
+        i = __atomic_fetch_add(&b->next, 1, __ATOMIC_RELAXED);
+        if (i >= b->n)
+            break;
+        if (b->lens[i] == 0)
+            continue;
+        if (b->texts[i] == NULL) {
+            record_error(b, i, BPE_ERR_ARG);
+            continue;
+        }
+        rc = bpe_encode_work(b->tok, &w, b->texts[i], b->lens[i], b->mode, &b->outs[i], &info,
+                             NULL);
+        if (rc != BPE_OK)
+            record_error(b, i, rc);
+    }
+    bpe_work_close(&w);
+}
+
+int bpe_encode_batch(const bpe_tokenizer *tok, size_t n, const uint8_t *const *texts,
+                     const size_t *lens, const uint8_t *special_mode, int n_threads,
+                     bpe_ids *outs, size_t *info)
+{
+    batch b;
+    size_t *old, total = 0, i;
+    int rc, threads;
+    if (tok == NULL || (n && (texts == NULL || lens == NULL || outs == NULL)))
+        return BPE_ERR_ARG;
+    if (tok->pattern == BPE_PATTERN_EXTERNAL)
+        return BPE_ERR_ARG;
+    if ((rc = bpe_check_mode(tok, special_mode)) != BPE_OK || n == 0)
+        return rc;
+    if ((old = malloc(n * sizeof *old)) == NULL)
+        return BPE_ERR_NOMEM;
+    for (i = 0; i < n; i++) {
+        old[i] = outs[i].len;
+        total += lens[i];
+    }
+    memset(&b, 0, sizeof b);
+    b.tok = tok;
+    b.n = n;
+    b.texts = texts;
+    b.lens = lens;
+    b.mode = special_mode;
+    b.outs = outs;
+    pthread_mutex_init(&b.lock, NULL);
+    threads = bpe_thread_count(n_threads, n);
+    if ((size_t)threads > total / MIN_BYTES_PER_THREAD + 1)
+        threads = (int)(total / MIN_BYTES_PER_THREAD + 1);
+    bpe_run_threads(threads, batch_worker, &b);
+    pthread_mutex_destroy(&b.lock);
+    if (b.rc != BPE_OK) {
+        for (i = 0; i < n; i++)
+            outs[i].len = old[i];
+        if (info)
+            *info = b.bad;
+    }
+    free(old);
+    return b.rc;
+}

@@ -1,0 +1,225 @@
+/*
+ * cache.c - per-call work slots and the word cache (piece bytes -> ids).
+ *
+ * DESIGN.  A tokenizer owns a fixed array of BPE_N_SLOTS work slots.  An encode call claims
+ * one free slot with a single atomic compare-and-swap on slot->busy and releases it (atomic
+ * store) when it returns, so while a call runs it owns its slot exclusively and the hot path
+ * (one hash of the piece, one probe, a memcpy of the ids) takes no lock.  A single-threaded
+ * user always claims slot 0 and finds its cache warm; N concurrent callers get N different
+ * slots; when all slots are busy a call runs uncached with its own scratch (correct, slower).
+ * The cost is one CAS per call, not per piece.  Compared with pthread keys this needs no
+ * destructor bookkeeping when threads exit or tokenizers are freed many times: the slots die
+ * with their tokenizer, and a thread that goes away leaves nothing behind.  Across fork() a
+ * slot that some other parent thread held stays marked busy in the child; the child simply
+ * uses another slot.
+ *
+ * The cache of a slot is created lazily on first claim and starts small (256 table slots,
+ * 16 KiB of records) so that a single short encode stays within a few KiB of new memory; it
+ * doubles as it fills, up to `capacity` entries.  It is bounded: when an insertion would
+ * exceed capacity entries, or the record arena reaches its limit, the whole cache is emptied
+ * (eviction by reset: O(1) amortised, no per-entry bookkeeping on the hot path) and refilled
+ * from then on.  Only pieces shorter than BPE_CACHE_MAX_PIECE bytes are cached.
+ *
+ * Table: open addressing with linear probing, load factor <= 1/2, no deletions (only full
+ * resets).  A table slot holds the full 64-bit hash, the key length and id count, and the
+ * offset of the entry's record in the arena.  A record is the ids (uint32, 4-aligned) followed
+ * by the key bytes.  Invariant: every occupied slot's record lies in arena[0..arena_used).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+#include "tokenizer.h"
+
+#define EMPTY UINT32_MAX
+#define START_SLOTS 256
+#define START_ARENA 16384
+#define ARENA_PER_ENTRY 48   /* arena limit = capacity * this (an English word needs ~16) */
+
+typedef struct cache_slot {
+    uint64_t hash;     /* full hash of the key */
+    uint32_t rec;      /* offset of the record in the arena; EMPTY when the slot is free */
+    uint16_t key_len;  /* bytes of the key */
+    uint16_t n_ids;    /* ids of the value */
+} cache_slot;
+
+struct bpe_cache {
+    size_t capacity;      /* most entries held at once */
+    size_t count;         /* entries held */
+    cache_slot *tab;      /* mask + 1 slots */
+    size_t mask;
+    uint8_t *arena;       /* records */
+    size_t arena_used;    /* bytes of arena in use */
+    size_t arena_cap;     /* bytes allocated */
+    size_t arena_max;     /* arena never grows past this */
+};
+
+static void clear_table(cache_slot *tab, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        tab[i].rec = EMPTY;
+}
+
+bpe_cache *bpe_cache_new(size_t capacity)
+{
+    bpe_cache *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return NULL;
+    c->capacity = capacity;
+    c->mask = START_SLOTS - 1;
+    c->arena_max = capacity > SIZE_MAX / ARENA_PER_ENTRY ? SIZE_MAX : capacity * ARENA_PER_ENTRY;
+    if (c->arena_max > UINT32_MAX / 2)
+        c->arena_max = UINT32_MAX / 2;   /* record offsets are uint32 */
+    if (c->arena_max < START_ARENA)
+        c->arena_max = START_ARENA;
+    c->arena_cap = START_ARENA;
+    c->tab = malloc(START_SLOTS * sizeof *c->tab);
+    c->arena = malloc(START_ARENA);
+    if (c->tab == NULL || c->arena == NULL) {
+        bpe_cache_free(c);
+        return NULL;
+    }
+    clear_table(c->tab, START_SLOTS);
+    return c;
+}
+
+void bpe_cache_free(bpe_cache *c)
+{
+    if (c == NULL)
+        return;
+    free(c->tab);
+    free(c->arena);
+    free(c);
+}
+
+static void reset(bpe_cache *c)
+{
+    clear_table(c->tab, c->mask + 1);
+    c->count = 0;
+    c->arena_used = 0;
+}
+
+const uint32_t *bpe_cache_get(const bpe_cache *c, const uint8_t *key, size_t n, uint64_t h,
+                              size_t *n_ids)
+{
+    size_t i = (size_t)h & c->mask;
+    for (;;) {
+        const cache_slot *s = &c->tab[i];
+        if (s->rec == EMPTY)
+            return NULL;
+        if (s->hash == h && s->key_len == n) {
+            const uint8_t *rec = c->arena + s->rec;
+            if (memcmp(rec + 4 * (size_t)s->n_ids, key, n) == 0) {
+                *n_ids = s->n_ids;
+                return (const uint32_t *)(const void *)rec;
+            }
+        }
+        i = (i + 1) & c->mask;
+    }
+}
+
+/* Doubles the table (rehashing); 0 when out of memory. */
+static int grow_table(bpe_cache *c)
+{
+    size_t n = (c->mask + 1) * 2, i;
+    cache_slot *t = malloc(n * sizeof *t);
+    if (t == NULL)
+        return 0;
+    clear_table(t, n);
+    for (i = 0; i <= c->mask; i++) {
+        size_t j;
+        if (c->tab[i].rec == EMPTY)
+            continue;
+        j = (size_t)c->tab[i].hash & (n - 1);
+        while (t[j].rec != EMPTY)
+            j = (j + 1) & (n - 1);
+        t[j] = c->tab[i];
+    }
+    free(c->tab);
+    c->tab = t;
+    c->mask = n - 1;
+    return 1;
+}
+
+/* Makes room for a record of `need` bytes; 0 if the cache had to be reset and still lacks it. */
+static int arena_room(bpe_cache *c, size_t need)
+{
+    size_t cap;
+    uint8_t *p;
+    if (c->arena_used + need <= c->arena_cap)
+        return 1;
+    cap = c->arena_cap;
+    while (cap < c->arena_used + need && cap < c->arena_max)
+        cap *= 2;
+    if (cap > c->arena_max)
+        cap = c->arena_max;
+    if (cap >= c->arena_used + need && (p = realloc(c->arena, cap)) != NULL) {
+        c->arena = p;
+        c->arena_cap = cap;
+        return 1;
+    }
+    reset(c);
+    return need <= c->arena_cap;
+}
+
+void bpe_cache_put(bpe_cache *c, const uint8_t *key, size_t n, uint64_t h,
+                   const uint32_t *ids, size_t n_ids)
+{
+    size_t need = (4 * n_ids + n + 3) & ~(size_t)3, i;
+    if (n >= BPE_CACHE_MAX_PIECE || n_ids > n)
+        return;
+    if (c->count + 1 > c->capacity)
+        reset(c);
+    if (2 * (c->count + 1) > c->mask + 1 && !grow_table(c))
+        return;
+    if (!arena_room(c, need))
+        return;
+    i = (size_t)h & c->mask;
+    while (c->tab[i].rec != EMPTY)
+        i = (i + 1) & c->mask;
+    memcpy(c->arena + c->arena_used, ids, 4 * n_ids);
+    memcpy(c->arena + c->arena_used + 4 * n_ids, key, n);
+    c->tab[i].hash = h;
+    c->tab[i].rec = (uint32_t)c->arena_used;
+    c->tab[i].key_len = (uint16_t)n;
+    c->tab[i].n_ids = (uint16_t)n_ids;
+    c->arena_used += need;
+    c->count++;
+}
+
+/* ---- work slots -------------------------------------------------------------------------- */
+
+bpe_slot *bpe_slot_claim(const bpe_tokenizer *ctok)
+{
+    bpe_tokenizer *tok = (bpe_tokenizer *)ctok;   /* the slots are the one mutable part */
+    size_t i;
+    for (i = 0; i < BPE_N_SLOTS; i++) {
+        bpe_slot *s = &tok->slots[i];
+        int expected = 0;
+        if (__atomic_load_n(&s->busy, __ATOMIC_RELAXED))
+            continue;
+        if (!__atomic_compare_exchange_n(&s->busy, &expected, 1, 0, __ATOMIC_ACQUIRE,
+                                         __ATOMIC_RELAXED))
+            continue;
+        if (s->cache == NULL && !s->cache_failed && tok->cache_capacity > 0) {
+            s->cache = bpe_cache_new(tok->cache_capacity);
+            s->cache_failed = s->cache == NULL;
+        }
+        return s;
+    }
+    return NULL;
+}
+
+void bpe_slot_release(bpe_slot *slot)
+{
+    if (slot != NULL)
+        __atomic_store_n(&slot->busy, 0, __ATOMIC_RELEASE);
+}
+
+void bpe_slot_destroy(bpe_slot *slot)
+{
+    bpe_cache_free(slot->cache);
+    slot->cache = NULL;
+    bpe_merge_scratch_free(&slot->scratch);
+}

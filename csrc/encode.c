@@ -1,0 +1,344 @@
+/*
+ * encode.c - text -> ids (bpe_encode, bpe_encode_prefix, bpe_encode_pieces) and ids -> bytes
+ * (bpe_decode).
+ *
+ * Flow of bpe_encode: (1) if some special token is DISALLOWED, the whole text is searched for
+ * one first (tiktoken checks the raw text the same way); (2) the text is cut at each ALLOWED
+ * special token (leftmost, longest; special.c), whose id is emitted; (3) each segment in
+ * between is split into pieces by the built-in pre-tokenizer (bpe_pretok_next); (4) each piece
+ * goes through the word cache of the call's work slot, then (for ignore_merges) the whole-token
+ * lookup, then the merge of merge.c.  The piece's hash is computed once and serves both the
+ * cache and the whole-token lookup.
+ *
+ * Output invariant: ids are appended to a caller-owned bpe_ids that grows geometrically; on any
+ * error its length is restored to what it was on entry, so the caller never sees half a
+ * result.  No function here allocates per piece: small pieces merge on the stack, long ones in
+ * the slot's reusable scratch.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "encode.h"
+#include "merge.h"
+#include "pretok.h"
+#include "special.h"
+#include "tokenizer.h"
+
+#define CANCEL_EVERY 4096   /* pieces between two looks at the cancel flag */
+
+int bpe_ids_reserve(bpe_ids *out, size_t more)
+{
+    size_t need = out->len + more, cap;
+    uint32_t *p;
+    if (need < out->len || need > SIZE_MAX / 8)
+        return BPE_ERR_TOOBIG;
+    if (need <= out->cap)
+        return BPE_OK;
+    cap = out->cap < 64 ? 64 : out->cap;
+    while (cap < need)
+        cap += cap / 2 + 64;
+    p = realloc(out->ids, cap * sizeof *p);
+    if (p == NULL)
+        return BPE_ERR_NOMEM;
+    out->ids = p;
+    out->cap = cap;
+    return BPE_OK;
+}
+
+void bpe_work_open(const bpe_tokenizer *tok, bpe_work *w)
+{
+    memset(&w->own, 0, sizeof w->own);
+    w->slot = bpe_slot_claim(tok);
+    if (w->slot == NULL)
+        w->slot = &w->own;
+}
+
+void bpe_work_close(bpe_work *w)
+{
+    if (w->slot == &w->own)
+        bpe_slot_destroy(&w->own);
+    else
+        bpe_slot_release(w->slot);
+    w->slot = NULL;
+}
+
+int bpe_check_mode(const bpe_tokenizer *tok, const uint8_t *special_mode)
+{
+    size_t i;
+    if (special_mode == NULL)
+        return BPE_OK;
+    for (i = 0; i < tok->n_special; i++)
+        if (special_mode[i] > BPE_SPECIAL_DISALLOWED)
+            return BPE_ERR_ARG;
+    return BPE_OK;
+}
+
+/* Appends the ids of one nonempty piece. */
+static int encode_piece(const bpe_tokenizer *tok, bpe_slot *s, const uint8_t *p, size_t n,
+                        bpe_ids *out)
+{
+    uint32_t *dst;
+    uint64_t h = 0;
+    size_t k;
+    int rc, hashed = 0;
+    if ((rc = bpe_ids_reserve(out, n)) != BPE_OK)
+        return rc;
+    dst = out->ids + out->len;
+    if (n == 1) {
+        if ((dst[0] = tok->byte_id[p[0]]) == BPE_NO_ID)
+            return BPE_ERR_NOBYTE;
+        out->len++;
+        return BPE_OK;
+    }
+    if (s->cache != NULL && n < BPE_CACHE_MAX_PIECE) {
+        const uint32_t *hit;
+        h = bpe_hash_bytes(p, n);
+        hashed = 1;
+        if ((hit = bpe_cache_get(s->cache, p, n, h, &k)) != NULL) {
+            memcpy(dst, hit, k * sizeof *dst);
+            out->len += k;
+            return BPE_OK;
+        }
+    }
+    if (tok->ignore_merges) {
+        uint32_t id;
+        if (!hashed)
+            h = bpe_hash_bytes(p, n);
+        hashed = 1;
+        if ((id = bpe_ordinary_lookup(tok, p, n, h)) != BPE_NO_ID) {
+            dst[0] = id;
+            k = 1;
+            goto done;
+        }
+    }
+    if ((rc = bpe_merge_piece(tok, &s->scratch, p, n, dst, &k)) != BPE_OK)
+        return rc;
+done:
+    if (hashed && s->cache != NULL && n < BPE_CACHE_MAX_PIECE)
+        bpe_cache_put(s->cache, p, n, h, dst, k);
+    out->len += k;
+    return BPE_OK;
+}
+
+static int cancelled(const int *cancel)
+{
+    return cancel != NULL && __atomic_load_n(cancel, __ATOMIC_RELAXED) != 0;
+}
+
+/* Pre-tokenizes one segment (text between special tokens) and encodes its pieces. */
+static int encode_segment(const bpe_tokenizer *tok, bpe_slot *s, const uint8_t *seg, size_t len,
+                          bpe_ids *out, const int *cancel)
+{
+    size_t pos = 0, count = 0;
+    while (pos < len) {
+        size_t end = bpe_pretok_next(tok->pattern, seg, len, pos);
+        int rc;
+        if (end <= pos || end > len)
+            return BPE_ERR_ARG;   /* a broken pre-tokenizer; never loop forever */
+        if ((rc = encode_piece(tok, s, seg + pos, end - pos, out)) != BPE_OK)
+            return rc;
+        pos = end;
+        if (++count % CANCEL_EVERY == 0 && cancelled(cancel))
+            return BPE_ERR_CANCELLED;
+    }
+    return BPE_OK;
+}
+
+/* The special-token modes as two masks for the matcher. */
+typedef struct masks {
+    uint8_t *allowed;      /* allowed[i] = 1 if token i is emitted as a special token */
+    uint8_t *disallowed;   /* disallowed[i] = 1 if token i must not occur */
+    int any_allowed, any_disallowed;
+    uint8_t buf[256];      /* storage when n_special <= 128 */
+} masks;
+
+static int masks_init(masks *m, const bpe_tokenizer *tok, const uint8_t *mode)
+{
+    size_t n = tok->n_special, i;
+    m->any_allowed = m->any_disallowed = 0;
+    m->allowed = m->disallowed = NULL;
+    if (mode == NULL || n == 0)
+        return BPE_OK;
+    m->allowed = 2 * n <= sizeof m->buf ? m->buf : malloc(2 * n);
+    if (m->allowed == NULL)
+        return BPE_ERR_NOMEM;
+    m->disallowed = m->allowed + n;
+    for (i = 0; i < n; i++) {
+        m->allowed[i] = mode[i] == BPE_SPECIAL_ALLOWED;
+        m->disallowed[i] = mode[i] == BPE_SPECIAL_DISALLOWED;
+        m->any_allowed |= m->allowed[i];
+        m->any_disallowed |= m->disallowed[i];
+    }
+    return BPE_OK;
+}
+
+static void masks_free(masks *m)
+{
+    if (m->allowed != NULL && m->allowed != m->buf)
+        free(m->allowed);
+}
+
+static int encode_masked(const bpe_tokenizer *tok, bpe_slot *s, const uint8_t *text,
+                         size_t len, const masks *m, bpe_ids *out, size_t *info,
+                         const int *cancel)
+{
+    size_t pos = 0, start, index;
+    int rc;
+    if (m->any_disallowed &&
+        bpe_special_find(tok->matcher, text, len, 0, m->disallowed, &start, &index)) {
+        if (info)
+            *info = index;
+        return BPE_ERR_DISALLOWED;
+    }
+    while (m->any_allowed &&
+           bpe_special_find(tok->matcher, text, len, pos, m->allowed, &start, &index)) {
+        if ((rc = encode_segment(tok, s, text + pos, start - pos, out, cancel)) != BPE_OK)
+            return rc;
+        if ((rc = bpe_ids_reserve(out, 1)) != BPE_OK)
+            return rc;
+        out->ids[out->len++] = tok->special_ids[index];
+        pos = start + bpe_special_len(tok->matcher, index);
+    }
+    return encode_segment(tok, s, text + pos, len - pos, out, cancel);
+}
+
+int bpe_encode_work(const bpe_tokenizer *tok, bpe_work *w, const uint8_t *text, size_t len,
+                    const uint8_t *special_mode, bpe_ids *out, size_t *info,
+                    const int *cancel)
+{
+    size_t old = out->len;
+    masks m;
+    int rc;
+    if ((rc = bpe_check_mode(tok, special_mode)) != BPE_OK ||
+        (rc = masks_init(&m, tok, special_mode)) != BPE_OK)
+        return rc;
+    rc = encode_masked(tok, w->slot, text, len, &m, out, info, cancel);
+    masks_free(&m);
+    if (rc != BPE_OK)
+        out->len = old;
+    return rc;
+}
+
+static int check_encode_args(const bpe_tokenizer *tok, const uint8_t *text, size_t len,
+                             const bpe_ids *out)
+{
+    if (tok == NULL || out == NULL || (text == NULL && len))
+        return BPE_ERR_ARG;
+    if (tok->pattern == BPE_PATTERN_EXTERNAL)
+        return BPE_ERR_ARG;
+    return BPE_OK;
+}
+
+int bpe_encode(const bpe_tokenizer *tok, const uint8_t *text, size_t len,
+               const uint8_t *special_mode, bpe_ids *out, size_t *info)
+{
+    bpe_work w;
+    int rc = check_encode_args(tok, text, len, out);
+    if (rc != BPE_OK || len == 0)
+        return rc;
+    bpe_work_open(tok, &w);
+    rc = bpe_encode_work(tok, &w, text, len, special_mode, out, info, NULL);
+    bpe_work_close(&w);
+    return rc;
+}
+
+size_t bpe_stable_prefix(const bpe_tokenizer *tok, const uint8_t *text, size_t len,
+                         const uint8_t *special_mode)
+{
+    const uint8_t *mode = tok->n_special ? special_mode : NULL;
+    size_t pos = 0, start, index, hold;
+    if (mode == NULL)
+        return bpe_pretok_safe_cut(tok->pattern, text, len);
+    /* Every special token of nonzero mode bounds a segment; one that starts before `hold`
+     * (the first place where a token could begin if more text came) is final. */
+    for (;;) {
+        hold = pos + bpe_special_hold(tok->matcher, text + pos, len - pos, mode);
+        if (!bpe_special_find(tok->matcher, text, len, pos, mode, &start, &index) ||
+            start >= hold)
+            break;
+        pos = start + bpe_special_len(tok->matcher, index);
+    }
+    return pos + bpe_pretok_safe_cut(tok->pattern, text + pos, hold - pos);
+}
+
+int bpe_encode_prefix(const bpe_tokenizer *tok, const uint8_t *text, size_t len,
+                      const uint8_t *special_mode, int final, bpe_ids *out,
+                      size_t *consumed, size_t *info)
+{
+    size_t cut;
+    int rc = check_encode_args(tok, text, len, out);
+    if (rc == BPE_OK && consumed == NULL)
+        rc = BPE_ERR_ARG;
+    if (rc == BPE_OK)
+        rc = bpe_check_mode(tok, special_mode);
+    if (rc != BPE_OK)
+        return rc;
+    *consumed = 0;
+    cut = final ? len : bpe_stable_prefix(tok, text, len, special_mode);
+    if (cut > 0 && (rc = bpe_encode(tok, text, cut, special_mode, out, info)) != BPE_OK)
+        return rc;
+    *consumed = cut;
+    return BPE_OK;
+}
+
+int bpe_encode_pieces(const bpe_tokenizer *tok, const uint8_t *text,
+                      const size_t *piece_ends, size_t n_pieces, bpe_ids *out)
+{
+    size_t old, prev = 0, i;
+    bpe_work w;
+    int rc = BPE_OK;
+    if (tok == NULL || out == NULL || (n_pieces && (piece_ends == NULL || text == NULL)))
+        return BPE_ERR_ARG;
+    for (i = 0; i < n_pieces; i++) {
+        if (piece_ends[i] < prev)
+            return BPE_ERR_ARG;
+        prev = piece_ends[i];
+    }
+    old = out->len;
+    prev = 0;
+    bpe_work_open(tok, &w);
+    for (i = 0; i < n_pieces && rc == BPE_OK; i++) {
+        if (piece_ends[i] > prev)
+            rc = encode_piece(tok, w.slot, text + prev, piece_ends[i] - prev, out);
+        prev = piece_ends[i];
+    }
+    bpe_work_close(&w);
+    if (rc != BPE_OK)
+        out->len = old;
+    return rc;
+}
+
+int bpe_decode(const bpe_tokenizer *tok, const uint32_t *ids, size_t n, bpe_bytes *out,
+               size_t *bad_index)
+{
+    size_t total = 0, i;
+    uint8_t *dst;
+    if (tok == NULL || out == NULL || (ids == NULL && n))
+        return BPE_ERR_ARG;
+    for (i = 0; i < n; i++) {
+        if (ids[i] >= tok->id_limit || tok->by_id[ids[i]].len == 0) {
+            if (bad_index)
+                *bad_index = i;
+            return BPE_ERR_ID;
+        }
+        total += tok->by_id[ids[i]].len;
+    }
+    if (out->len + total > out->cap) {
+        size_t cap = out->cap + out->cap / 2;
+        uint8_t *p;
+        if (cap < out->len + total)
+            cap = out->len + total;
+        if ((p = realloc(out->data, cap ? cap : 1)) == NULL)
+            return BPE_ERR_NOMEM;
+        out->data = p;
+        out->cap = cap;
+    }
+    dst = out->data + out->len;
+    for (i = 0; i < n; i++) {
+        const bpe_token_ref *r = &tok->by_id[ids[i]];
+        memcpy(dst, tok->bytes + r->off, r->len);
+        dst += r->len;
+    }
+    out->len += total;
+    return BPE_OK;
+}

@@ -1,0 +1,38 @@
+/*
+ * encode.h - the encoder's internal entry points shared by encode.c, batch.c and
+ * encode_file.c.
+ */
+#ifndef BPE_ENCODE_H
+#define BPE_ENCODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bpe.h"
+#include "cache.h"
+
+/* A work area for one call: a claimed slot of the tokenizer, or a private one. */
+typedef struct bpe_work {
+    bpe_slot *slot;   /* the slot in use: claimed, or &own */
+    bpe_slot own;     /* used when every slot of the tokenizer is busy (uncached) */
+} bpe_work;
+
+void bpe_work_open(const bpe_tokenizer *tok, bpe_work *w);
+void bpe_work_close(bpe_work *w);
+
+/* Checks special_mode (NULL or n_special values <= 2): BPE_OK or BPE_ERR_ARG. */
+int bpe_check_mode(const bpe_tokenizer *tok, const uint8_t *special_mode);
+
+/* bpe_encode with a given work area, checking *cancel (may be NULL) every few thousand
+ * pieces (BPE_ERR_CANCELLED).  Appends to out; on error out->len is restored. */
+int bpe_encode_work(const bpe_tokenizer *tok, bpe_work *w, const uint8_t *text, size_t len,
+                    const uint8_t *special_mode, bpe_ids *out, size_t *info,
+                    const int *cancel);
+
+/* The length of the longest prefix of text[0..len) whose ids cannot change whatever text
+ * follows (special tokens of nonzero mode and the pattern's safe cut considered).  Does not
+ * encode.  special_mode NULL: no special tokens are matched. */
+size_t bpe_stable_prefix(const bpe_tokenizer *tok, const uint8_t *text, size_t len,
+                         const uint8_t *special_mode);
+
+#endif

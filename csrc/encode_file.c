@@ -1,0 +1,345 @@
+/*
+ * encode_file.c - bpe_encode_file: a file of any size -> a flat file of little-endian ids.
+ *
+ * Pipeline, repeated until the input ends: the calling thread reads raw bytes, keeps an
+ * incomplete trailing UTF-8 sequence for the next read (bpe_utf8_complete_prefix), decodes the
+ * rest with U+FFFD replacement exactly as errors="replace" (bpe_utf8_replace_invalid), and cuts
+ * the decoded text into chunks of about CHUNK bytes at stable points (bpe_stable_prefix: the
+ * pre-tokenizer's safe cut, never inside or just before a possible special token), so encoding
+ * the chunks separately gives the ids of the whole text.  A round takes one chunk per thread,
+ * encodes them in parallel (threads started and joined per round, see batch.c), then writes
+ * their ids in order.  Memory is bounded by threads x (chunk text + its ids) plus the carry,
+ * a few tens of MB, whatever the file size (a text with no stable cut for a long stretch, e.g.
+ * megabytes of one piece, grows the chunk until a cut appears).
+ *
+ * Output goes to a temporary file beside out_path (mkstemp), renamed over out_path only after
+ * everything succeeded; on any error the temporary file is removed and errno is kept for the
+ * caller.  progress->done counts input bytes whose ids are written; progress->cancel is read
+ * between rounds and every few thousand pieces inside the encoder (well under 0.1 s).
+ *
+ * BPE_CFFI_FILE_CHUNK (environment, bytes, >= 64) overrides the chunk size; tests use it to
+ * force many chunks on small files.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "batch.h"
+#include "encode.h"
+#include "tokenizer.h"
+#include "utf8.h"
+
+#define CHUNK ((size_t)4 << 20)
+#define MIN_READ ((size_t)64 << 10)
+
+/* The input side: raw bytes not yet decoded, decoded text not yet cut into a chunk. */
+typedef struct reader {
+    int fd;                     /* the input file */
+    int eof;                    /* 1 once read() returned 0 */
+    uint64_t read_total;        /* raw bytes read so far */
+    bpe_bytes raw;              /* raw bytes awaiting decoding (an incomplete UTF-8 tail) */
+    bpe_bytes text;             /* decoded text not yet handed out */
+    size_t chunk;               /* target chunk size */
+    const bpe_tokenizer *tok;
+    const uint8_t *mode;        /* special_mode of the call */
+} reader;
+
+/* One chunk of a round. */
+typedef struct job {
+    bpe_bytes text;             /* its text */
+    bpe_ids ids;                /* its ids */
+    int rc;                     /* its result */
+    size_t info;                /* special index on BPE_ERR_DISALLOWED */
+} job;
+
+/* A round: the jobs being encoded in parallel. */
+typedef struct round {
+    const bpe_tokenizer *tok;
+    const uint8_t *mode;
+    const int *cancel;
+    job *jobs;
+    size_t n;                   /* jobs in this round */
+    size_t next;                /* next job to claim (atomic) */
+} round_t;
+
+static int reserve_bytes(bpe_bytes *b, size_t more)
+{
+    size_t need = b->len + more, cap;
+    uint8_t *p;
+    if (need <= b->cap)
+        return BPE_OK;
+    cap = b->cap ? b->cap : 4096;
+    while (cap < need)
+        cap *= 2;
+    if ((p = realloc(b->data, cap)) == NULL)
+        return BPE_ERR_NOMEM;
+    b->data = p;
+    b->cap = cap;
+    return BPE_OK;
+}
+
+static void drop_front(bpe_bytes *b, size_t n)
+{
+    memmove(b->data, b->data + n, b->len - n);
+    b->len -= n;
+}
+
+/* Reads up to `want` more raw bytes and decodes every complete UTF-8 sequence into r->text. */
+static int fill(reader *r, size_t want)
+{
+    size_t complete;
+    ssize_t got;
+    int rc;
+    if ((rc = reserve_bytes(&r->raw, want)) != BPE_OK)
+        return rc;
+    do
+        got = read(r->fd, r->raw.data + r->raw.len, want);
+    while (got < 0 && errno == EINTR);
+    if (got < 0)
+        return BPE_ERR_IO;
+    if (got == 0)
+        r->eof = 1;
+    r->raw.len += (size_t)got;
+    r->read_total += (uint64_t)got;
+    complete = r->eof ? r->raw.len : bpe_utf8_complete_prefix(r->raw.data, r->raw.len);
+    if ((rc = bpe_utf8_replace_invalid(r->raw.data, complete, &r->text)) != BPE_OK)
+        return rc;
+    drop_front(&r->raw, complete);
+    return BPE_OK;
+}
+
+/* Moves the next chunk of text into dst (emptied first); dst->len == 0 at the end. */
+static int next_chunk(reader *r, bpe_bytes *dst)
+{
+    size_t goal = r->chunk, cut;
+    int rc;
+    dst->len = 0;
+    for (;;) {
+        while (!r->eof && r->text.len < goal) {
+            size_t want = goal - r->text.len;
+            if ((rc = fill(r, want < MIN_READ ? MIN_READ : want)) != BPE_OK)
+                return rc;
+        }
+        if (r->text.len <= goal && r->eof) {
+            cut = r->text.len;
+        } else {
+            cut = bpe_stable_prefix(r->tok, r->text.data, goal, r->mode);
+            if (cut == 0 && r->eof)
+                cut = r->text.len;
+        }
+        if (cut > 0 || r->text.len == 0)
+            break;
+        goal *= 2;   /* no stable cut yet: take a longer stretch */
+    }
+    if ((rc = reserve_bytes(dst, cut)) != BPE_OK)
+        return rc;
+    memcpy(dst->data, r->text.data, cut);
+    dst->len = cut;
+    drop_front(&r->text, cut);
+    return BPE_OK;
+}
+
+static void round_worker(void *p)
+{
+    round_t *rd = p;
+    bpe_work w;
+    bpe_work_open(rd->tok, &w);
+    for (;;) {
+        size_t i = __atomic_fetch_add(&rd->next, 1, __ATOMIC_RELAXED);
+        job *j;
+        if (i >= rd->n)
+            break;
+        j = &rd->jobs[i];
+        j->ids.len = 0;
+        j->rc = bpe_encode_work(rd->tok, &w, j->text.data, j->text.len, rd->mode, &j->ids,
+                                &j->info, rd->cancel);
+    }
+    bpe_work_close(&w);
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return BPE_ERR_IO;
+        p += k;
+        n -= (size_t)k;
+    }
+    return BPE_OK;
+}
+
+/* Writes ids as little-endian integers of `width` bytes, through buf. */
+static int write_ids(int fd, const bpe_ids *ids, int width, bpe_bytes *buf)
+{
+    size_t i, n = ids->len * (size_t)width;
+    int rc;
+    buf->len = 0;
+    if ((rc = reserve_bytes(buf, n)) != BPE_OK)
+        return rc;
+    for (i = 0; i < ids->len; i++) {
+        uint32_t v = ids->ids[i];
+        uint8_t *d = buf->data + i * (size_t)width;
+        d[0] = (uint8_t)v;
+        d[1] = (uint8_t)(v >> 8);
+        if (width == 4) {
+            d[2] = (uint8_t)(v >> 16);
+            d[3] = (uint8_t)(v >> 24);
+        }
+    }
+    return write_all(fd, buf->data, n);
+}
+
+static size_t chunk_size(void)
+{
+    const char *s = getenv("BPE_CFFI_FILE_CHUNK");
+    long v = s ? atol(s) : 0;
+    return v >= 64 ? (size_t)v : CHUNK;
+}
+
+/* Everything of one call that must be released at the end. */
+typedef struct file_call {
+    reader r;
+    job *jobs;
+    int n_jobs;
+    bpe_bytes wbuf;
+    int out_fd;
+    char *tmp;
+} file_call;
+
+static void set_progress(bpe_progress *pg, const reader *r, uint64_t total)
+{
+    uint64_t pending = (uint64_t)r->raw.len + r->text.len, done;
+    if (pg == NULL)
+        return;
+    done = r->read_total > pending ? r->read_total - pending : 0;
+    __atomic_store_n(&pg->done, done < total ? done : total, __ATOMIC_RELAXED);
+}
+
+/* One round: cut up to n_jobs chunks, encode them, write them.  *more = 0 at the end. */
+static int do_round(file_call *fc, const bpe_tokenizer *tok, const uint8_t *mode, int width,
+                    const int *cancel, uint64_t *n_tokens, size_t *info, int *more)
+{
+    round_t rd = {tok, mode, cancel, fc->jobs, 0, 0};
+    size_t i;
+    int rc;
+    while (rd.n < (size_t)fc->n_jobs) {
+        if ((rc = next_chunk(&fc->r, &fc->jobs[rd.n].text)) != BPE_OK)
+            return rc;
+        if (fc->jobs[rd.n].text.len == 0)
+            break;
+        rd.n++;
+    }
+    *more = rd.n > 0;
+    if (rd.n == 0)
+        return BPE_OK;
+    bpe_run_threads((int)rd.n, round_worker, &rd);
+    for (i = 0; i < rd.n; i++) {
+        job *j = &fc->jobs[i];
+        if (j->rc != BPE_OK) {
+            if (j->rc == BPE_ERR_DISALLOWED && info)
+                *info = j->info;
+            return j->rc;
+        }
+        if ((rc = write_ids(fc->out_fd, &j->ids, width, &fc->wbuf)) != BPE_OK)
+            return rc;
+        *n_tokens += j->ids.len;
+    }
+    return BPE_OK;
+}
+
+static int open_files(file_call *fc, const char *in_path, const char *out_path, uint64_t *size)
+{
+    struct stat st;
+    size_t n = strlen(out_path) + 16;
+    if ((fc->r.fd = open(in_path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fc->r.fd, &st) != 0)
+        return BPE_ERR_IO;
+    *size = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+    if ((fc->tmp = malloc(n)) == NULL)
+        return BPE_ERR_NOMEM;
+    snprintf(fc->tmp, n, "%s.tmpXXXXXX", out_path);
+    if ((fc->out_fd = mkstemp(fc->tmp)) < 0) {
+        free(fc->tmp);
+        fc->tmp = NULL;
+        return BPE_ERR_IO;
+    }
+    fchmod(fc->out_fd, 0644);
+    return BPE_OK;
+}
+
+static int finish(file_call *fc, const char *out_path, int rc)
+{
+    int err = errno, i;
+    if (fc->out_fd >= 0 && close(fc->out_fd) != 0 && rc == BPE_OK) {
+        rc = BPE_ERR_IO;
+        err = errno;
+    }
+    if (rc == BPE_OK && rename(fc->tmp, out_path) != 0) {
+        rc = BPE_ERR_IO;
+        err = errno;
+    }
+    if (rc != BPE_OK && fc->tmp != NULL)
+        unlink(fc->tmp);
+    if (fc->r.fd >= 0)
+        close(fc->r.fd);
+    for (i = 0; fc->jobs != NULL && i < fc->n_jobs; i++) {
+        bpe_bytes_free(&fc->jobs[i].text);
+        bpe_ids_free(&fc->jobs[i].ids);
+    }
+    free(fc->jobs);
+    free(fc->tmp);
+    bpe_bytes_free(&fc->r.raw);
+    bpe_bytes_free(&fc->r.text);
+    bpe_bytes_free(&fc->wbuf);
+    errno = err;
+    return rc;
+}
+
+int bpe_encode_file(const bpe_tokenizer *tok, const char *in_path, const char *out_path,
+                    int id_width, const uint8_t *special_mode, int n_threads,
+                    bpe_progress *progress, uint64_t *n_tokens, size_t *info)
+{
+    file_call fc;
+    uint64_t size = 0, count = 0;
+    const int *cancel = progress ? &progress->cancel : NULL;
+    int rc, more = 1;
+    if (tok == NULL || in_path == NULL || out_path == NULL ||
+        (id_width != 2 && id_width != 4) || tok->pattern == BPE_PATTERN_EXTERNAL ||
+        (id_width == 2 && tok->id_limit > 65536))
+        return BPE_ERR_ARG;
+    if ((rc = bpe_check_mode(tok, special_mode)) != BPE_OK)
+        return rc;
+    memset(&fc, 0, sizeof fc);
+    fc.r.fd = fc.out_fd = -1;
+    fc.r.tok = tok;
+    fc.r.mode = special_mode;
+    fc.r.chunk = chunk_size();
+    fc.n_jobs = bpe_thread_count(n_threads, SIZE_MAX);
+    if ((rc = open_files(&fc, in_path, out_path, &size)) != BPE_OK)
+        return finish(&fc, out_path, rc);
+    if (progress) {
+        progress->phase = BPE_PHASE_READ;
+        __atomic_store_n(&progress->total, size, __ATOMIC_RELAXED);
+        __atomic_store_n(&progress->done, 0, __ATOMIC_RELAXED);
+    }
+    if ((fc.jobs = calloc((size_t)fc.n_jobs, sizeof *fc.jobs)) == NULL)
+        return finish(&fc, out_path, BPE_ERR_NOMEM);
+    while (rc == BPE_OK && more) {
+        if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED))
+            rc = BPE_ERR_CANCELLED;
+        else
+            rc = do_round(&fc, tok, special_mode, id_width, cancel, &count, info, &more);
+        set_progress(progress, &fc.r, size);
+    }
+    if (rc == BPE_OK && n_tokens)
+        *n_tokens = count;
+    if (rc == BPE_OK && progress)
+        __atomic_store_n(&progress->done, size, __ATOMIC_RELAXED);
+    return finish(&fc, out_path, rc);
+}

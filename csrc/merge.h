@@ -1,0 +1,46 @@
+/*
+ * merge.h - the byte-pair merging of one piece (merge.c).
+ */
+#ifndef BPE_MERGE_H
+#define BPE_MERGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bpe.h"
+
+/* One symbol of a piece being merged: a node of an array-backed doubly linked list. */
+typedef struct bpe_sym {
+    uint32_t id;     /* token id of the symbol */
+    uint32_t prev;   /* index of the previous live symbol, BPE_SYM_NONE at the start */
+    uint32_t next;   /* index of the next live symbol, BPE_SYM_NONE at the end */
+    uint32_t len;    /* bytes covered; 0 once merged into its left neighbour */
+} bpe_sym;
+
+#define BPE_SYM_NONE UINT32_MAX
+
+/* A candidate merge in the heap. */
+typedef struct bpe_heap_entry {
+    uint64_t key;    /* rank << 32 | index of the left symbol: the heap order */
+    uint32_t new_id; /* the id the pair merges into */
+    uint32_t span;   /* bytes covered by left + right when pushed (validity check) */
+} bpe_heap_entry;
+
+/* Reusable buffers of the heap path, grown on demand; zero-initialise before first use. */
+typedef struct bpe_merge_scratch {
+    bpe_sym *syms;           /* symbols of the current piece */
+    size_t sym_cap;          /* allocated symbols */
+    bpe_heap_entry *heap;    /* the 4-ary min-heap */
+    size_t heap_cap;         /* allocated entries */
+} bpe_merge_scratch;
+
+/* Merges the n > 0 bytes p[0..n) into token ids written to ids[0..*n_ids) (ids has room for
+ * n).  Does not look at ignore_merges or any cache.  Returns BPE_OK, BPE_ERR_NOBYTE (a byte
+ * with no single-byte token), BPE_ERR_NOMEM or BPE_ERR_TOOBIG (n >= 2^32 - 1). */
+int bpe_merge_piece(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint8_t *p,
+                    size_t n, uint32_t *ids, size_t *n_ids);
+
+/* Frees the scratch buffers and zeroes the struct.  NULL is fine. */
+void bpe_merge_scratch_free(bpe_merge_scratch *s);
+
+#endif

@@ -1,0 +1,124 @@
+/*
+ * tokenizer.h - the internal layout of a bpe_tokenizer, and the helpers the encoder files share.
+ *
+ * A tokenizer is built once by bpe_tokenizer_new (tokenizer.c) and is immutable afterwards,
+ * except for its array of per-call work slots (cache.h), whose ownership is handed out with an
+ * atomic compare-and-swap.  Ids are dense enough to index arrays by id (id_limit is bounded
+ * relative to the number of tokens, see tokenizer.c).
+ */
+#ifndef BPE_TOKENIZER_H
+#define BPE_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "bpe.h"
+#include "cache.h"
+#include "special.h"
+
+#define BPE_NO_ID UINT32_MAX
+
+/* One entry of the pair table: (left id, right id) -> (rank, new id). */
+typedef struct bpe_pair_entry {
+    uint64_t key;       /* (uint64)left << 32 | right; BPE_PAIR_EMPTY when the slot is free */
+    uint32_t rank;      /* merge priority: lower merges first */
+    uint32_t new_id;    /* id of the token whose bytes are left's then right's */
+} bpe_pair_entry;
+
+#define BPE_PAIR_EMPTY UINT64_MAX
+
+/* Where the bytes of one id live. */
+typedef struct bpe_token_ref {
+    uint32_t off;       /* offset into tok->bytes */
+    uint32_t len;       /* byte length; 0 means "no token has this id" */
+} bpe_token_ref;
+
+/* One slot of the bytes -> id table (open addressing, linear probing). */
+typedef struct bpe_bytes_slot {
+    uint32_t hash;      /* low 32 bits of the bytes' hash, to skip most memcmp calls */
+    uint32_t id;        /* BPE_NO_ID when the slot is free */
+} bpe_bytes_slot;
+
+struct bpe_tokenizer {
+    int rule;                     /* BPE_RULE_* */
+    int pattern;                  /* BPE_PATTERN_* */
+    int ignore_merges;            /* 1: a piece that is a token is emitted whole */
+    size_t cache_capacity;        /* entries per word cache; 0: no cache */
+
+    uint32_t id_limit;            /* largest id + 1 over ordinary and special tokens */
+    uint8_t *bytes;               /* every token's bytes (ordinary, then special) */
+    bpe_token_ref *by_id;         /* id_limit entries: the bytes of each id */
+    uint8_t *is_special;          /* id_limit flags: 1 for a special token's id */
+    uint32_t byte_id[256];        /* id of each single-byte token, BPE_NO_ID if none */
+
+    bpe_bytes_slot *ordinary;     /* bytes -> id over ordinary tokens; ordinary_mask + 1 slots */
+    size_t ordinary_mask;
+    bpe_bytes_slot *special_tab;  /* bytes -> id over special tokens */
+    size_t special_mask;
+
+    bpe_pair_entry *pairs;        /* pair table; pair_mask + 1 slots, load <= 1/2 */
+    size_t pair_mask;
+    int pair_shift;               /* 64 - log2(pair_mask + 1), for the multiplicative hash */
+
+    size_t n_special;             /* special tokens, in spec order */
+    uint32_t *special_ids;        /* their ids */
+    bpe_special_matcher *matcher; /* finds them in text; NULL when n_special == 0 */
+
+    bpe_slot slots[BPE_N_SLOTS];  /* per-call work areas (word cache + merge scratch) */
+};
+
+/* 64-bit hash of a byte string (our own multiply-xor mix; not cryptographic). */
+static inline uint64_t bpe_hash_bytes(const uint8_t *p, size_t n)
+{
+    const uint64_t k = 0x9E3779B97F4A7C15ull;
+    uint64_t h = 0x6A09E667F3BCC909ull ^ (n * k);
+    uint64_t w;
+    while (n >= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+        h ^= h >> 31;
+        p += 8;
+        n -= 8;
+    }
+    if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, p, 4);
+        memcpy(&b, p + n - 4, 4);
+        w = ((uint64_t)a << 32) | b;
+    } else if (n > 0) {
+        w = ((uint64_t)p[0] << 16) | ((uint64_t)p[n >> 1] << 8) | p[n - 1];
+    } else {
+        w = 0;
+    }
+    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+    h ^= h >> 29;
+    h *= k;
+    h ^= h >> 32;
+    return h;
+}
+
+/* The pair table lookup: the entry for (left, right), or NULL if the pair never merges. */
+static inline const bpe_pair_entry *bpe_pair_find(const bpe_tokenizer *tok, uint32_t left,
+                                                  uint32_t right)
+{
+    uint64_t key = ((uint64_t)left << 32) | right;
+    size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> tok->pair_shift);
+    for (;;) {
+        const bpe_pair_entry *e = &tok->pairs[i];
+        if (e->key == key)
+            return e;
+        if (e->key == BPE_PAIR_EMPTY)
+            return NULL;
+        i = (i + 1) & tok->pair_mask;
+    }
+}
+
+/* The id of the ordinary token with exactly these bytes (hash h = bpe_hash_bytes), or
+ * BPE_NO_ID. */
+uint32_t bpe_ordinary_lookup(const bpe_tokenizer *tok, const uint8_t *p, size_t n, uint64_t h);
+
+/* Grows out so that it can take `more` ids; geometric.  BPE_OK or BPE_ERR_NOMEM/TOOBIG. */
+int bpe_ids_reserve(bpe_ids *out, size_t more);
+
+#endif

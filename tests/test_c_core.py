@@ -1,0 +1,801 @@
+"""Tests of the C encoder core at the ffi level (bpe_cffi._native's ffi and lib).
+
+References are independent of the code under test: tiktoken (real vocabularies), and slow
+pure-Python implementations of both merge rules (random small vocabularies), a naive search
+for special tokens.
+"""
+import base64
+import json
+import os
+import random
+import threading
+
+import pytest
+import regex
+
+from bpe_cffi._native import ffi, lib
+from bpe_cffi import patterns
+
+from conftest import LONG, read_corpus, tiktoken_encoding, vocab_path
+
+# ---------------------------------------------------------------------------------------------
+# building tokenizers from Python data
+
+
+class CTok:
+    """A bpe_tokenizer built from Python lists, with thin wrappers over the C calls."""
+
+    def __init__(self, tokens, rule, merges=(), specials=(), pattern=0, ignore_merges=0,
+                 cache=4096):
+        # tokens: [(bytes, id)], merges: [(left_id, right_id)], specials: [(bytes, id)]
+        self.rc, self.ptr, self.bad = build(tokens, rule, merges, specials, pattern,
+                                            ignore_merges, cache)
+        self.n_special = len(specials)
+
+    def ok(self):
+        assert self.rc == lib.BPE_OK, (self.rc, self.bad)
+        return self
+
+    def close(self):
+        if self.ptr != ffi.NULL:
+            lib.bpe_tokenizer_free(self.ptr)
+            self.ptr = ffi.NULL
+
+    def __del__(self):
+        self.close()
+
+    def pieces(self, pieces):
+        """Encode a list of byte pieces through bpe_encode_pieces."""
+        text = b"".join(pieces)
+        ends, pos = [], 0
+        for p in pieces:
+            pos += len(p)
+            ends.append(pos)
+        out = ffi.new("bpe_ids *")
+        buf = ffi.from_buffer("uint8_t[]", text) if text else ffi.NULL
+        rc = lib.bpe_encode_pieces(self.ptr, buf, ffi.new("size_t[]", ends) if ends else ffi.NULL,
+                                   len(ends), out)
+        ids = list(out.ids[0:out.len])
+        lib.bpe_ids_free(out)
+        if rc:
+            raise CError(rc)
+        return ids
+
+    def encode(self, text, mode=None, prefix=None):
+        """bpe_encode (prefix None) or bpe_encode_prefix(final=prefix); returns ids or
+        (ids, consumed) for prefix."""
+        if isinstance(text, str):
+            text = text.encode()
+        out = ffi.new("bpe_ids *")
+        info = ffi.new("size_t *", 12345)
+        m = ffi.new("uint8_t[]", list(mode)) if mode is not None else ffi.NULL
+        buf = ffi.from_buffer("uint8_t[]", text) if text else ffi.NULL
+        if prefix is None:
+            rc = lib.bpe_encode(self.ptr, buf, len(text), m, out, info)
+        else:
+            consumed = ffi.new("size_t *")
+            rc = lib.bpe_encode_prefix(self.ptr, buf, len(text), m, int(prefix), out, consumed,
+                                       info)
+        ids = list(out.ids[0:out.len])
+        lib.bpe_ids_free(out)
+        if rc:
+            raise CError(rc, info[0])
+        return ids if prefix is None else (ids, consumed[0])
+
+    def decode(self, ids):
+        out = ffi.new("bpe_bytes *")
+        bad = ffi.new("size_t *", 12345)
+        rc = lib.bpe_decode(self.ptr, ffi.new("uint32_t[]", list(ids)) if ids else ffi.NULL,
+                            len(ids), out, bad)
+        data = bytes(ffi.buffer(out.data, out.len)) if out.len else b""
+        lib.bpe_bytes_free(out)
+        if rc:
+            raise CError(rc, bad[0])
+        return data
+
+
+class CError(Exception):
+    def __init__(self, code, info=None):
+        super().__init__(code, info)
+        self.code = code
+        self.info = info
+
+
+def build(tokens, rule, merges, specials, pattern, ignore_merges, cache):
+    keep = []
+
+    def arr(kind, values):
+        a = ffi.new(kind, values) if values else ffi.NULL
+        keep.append(a)
+        return a
+
+    def blob(items):
+        data = b"".join(b for b, _ in items)
+        offs = [0]
+        for b, _ in items:
+            offs.append(offs[-1] + len(b))
+        d = ffi.new("uint8_t[]", max(len(data), 1))
+        ffi.memmove(d, data, len(data))
+        keep.append(d)
+        return d, arr("size_t[]", offs), arr("uint32_t[]", [i for _, i in items])
+
+    spec = ffi.new("bpe_spec *")
+    spec.rule, spec.pattern, spec.ignore_merges, spec.cache_capacity = (rule, pattern,
+                                                                         ignore_merges, cache)
+    spec.n_tokens = len(tokens)
+    spec.token_bytes, spec.token_offsets, spec.token_ids = blob(tokens)
+    spec.n_merges = len(merges)
+    spec.merges = arr("uint32_t[]", [x for m in merges for x in m])
+    spec.n_special = len(specials)
+    spec.special_bytes, spec.special_offsets, spec.special_ids = blob(specials)
+    out = ffi.new("bpe_tokenizer **")
+    bad = ffi.new("size_t *", 999999)
+    rc = lib.bpe_tokenizer_new(spec, out, bad)
+    return rc, out[0], bad[0]
+
+
+# ---- the real vocabularies ------------------------------------------------------------------
+
+def gpt2_byte_decoder():
+    vocab_path("offline_tiktoken.py")
+    from offline_tiktoken import gpt2_byte_decoder as dec  # conftest put it on sys.path
+    return dec()
+
+
+_CACHE = {}
+
+
+def real_tokenizer(name, rule=None, specials=True, pattern=0, cache=4096):
+    key = (name, rule, specials, pattern, cache)
+    if key in _CACHE:
+        return _CACHE[key]
+    enc = tiktoken_encoding(name)   # also puts offline_tiktoken on sys.path
+    special = sorted(enc._special_tokens.items()) if specials else []
+    special = [(s.encode(), i) for s, i in special]
+    if name == "gpt2" and rule != lib.BPE_RULE_TIKTOKEN:
+        dec = gpt2_byte_decoder()
+        vocab = json.loads(vocab_path("gpt2_vocab.json").read_text(encoding="utf-8"))
+        tokens = [(bytes(dec[c] for c in t), i) for t, i in vocab.items() if t != "<|endoftext|>"]
+        merges = []
+        for line in vocab_path("gpt2_merges.txt").read_text(encoding="utf-8").splitlines():
+            if line and not line.startswith("#version"):
+                a, b = line.split(" ")
+                merges.append((vocab[a], vocab[b]))
+        tok = CTok(tokens, lib.BPE_RULE_MERGES, merges, special, pattern, 0, cache).ok()
+    else:
+        if name == "gpt2":
+            from offline_tiktoken import load_ranks
+            ranks = load_ranks("gpt2")
+        else:
+            ranks = {}
+            for line in vocab_path(f"{name}.tiktoken").read_bytes().splitlines():
+                if line:
+                    t, r = line.split()
+                    ranks[base64.b64decode(t)] = int(r)
+        tok = CTok(list(ranks.items()), lib.BPE_RULE_TIKTOKEN, (), special, pattern, 1,
+                   cache).ok()
+    _CACHE[key] = (tok, enc)
+    return tok, enc
+
+
+PATTERN_OF = {"gpt2": patterns.GPT2, "cl100k_base": patterns.CL100K,
+              "o200k_base": patterns.O200K}
+PATTERN_ID = {"gpt2": lib.BPE_PATTERN_GPT2, "cl100k_base": lib.BPE_PATTERN_CL100K,
+              "o200k_base": lib.BPE_PATTERN_O200K}
+
+
+def split(name, text):
+    return [m.group().encode() for m in regex.finditer(PATTERN_OF[name], text)]
+
+
+ADVERSARIAL = [
+    "a" * 1_000_000,
+    " " * 1_000_000,
+    "^" * 100_000,
+    "\n" * 50_000 + "x",
+    "ab" * 100_000,
+    "👨‍👩‍👧‍👦🏳️‍🌈" * 300 + " 家族 👍🏽",
+    "日本語のテキストと中文文本，한국어 텍스트도 있습니다。" * 50,
+    "\x00\x01\x02\x1f\x7f tab\tnul\x00 end\r\n\u200b\u2028" * 100,
+    "0123456789" * 5000,
+    "'s 're 'LL 'Ve" * 1000,
+    "x" + "\u0301" * 5000,
+]
+
+NAMES = ["gpt2", "cl100k_base", "o200k_base"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_pieces_match_tiktoken_on_corpus(name):
+    tok, enc = real_tokenizer(name)
+    for corpus in ["en_books", "multilingual", "code", "web"]:
+        text = read_corpus(corpus, 60_000 if not LONG else 2_000_000, offset=12345)
+        assert tok.pieces(split(name, text)) == enc.encode_ordinary(text), corpus
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_pieces_match_tiktoken_on_adversarial(name):
+    tok, enc = real_tokenizer(name)
+    for text in ADVERSARIAL:
+        if len(text) > 200_000 and name != "gpt2":   # the 1 MB cases once (time budget)
+            text = text[:200_000]
+        pieces = split(name, text)
+        try:
+            expect = enc.encode_ordinary(text)
+        except BaseException:   # tiktoken's regex overflows its stack on some of these
+            expect = [i for p in pieces for i in enc._encode_single_piece(p)]
+        assert tok.pieces(pieces) == expect, text[:20]
+        # and as one single piece (the heap path on a very long piece)
+        if len(text) <= 200_000:
+            expect = enc._encode_single_piece(text.encode())
+            assert tok.pieces([text.encode()]) == expect
+
+
+def test_gpt2_tiktoken_rule_equals_merge_rule():
+    """The GPT-2 vocab under both rules (merges.txt vs ranks) gives the same ids."""
+    tok_m, enc = real_tokenizer("gpt2")
+    tok_t, _ = real_tokenizer("gpt2", rule=lib.BPE_RULE_TIKTOKEN)
+    text = read_corpus("web", 50_000, offset=999)
+    p = split("gpt2", text)
+    assert tok_m.pieces(p) == tok_t.pieces(p) == enc.encode_ordinary(text)
+
+
+@pytest.mark.parametrize("cache", [0, 1, 7, 100000])
+def test_cache_sizes_do_not_change_ids(cache):
+    tok, enc = real_tokenizer("cl100k_base", cache=cache)
+    text = read_corpus("en_books", 80_000, offset=5_000_000)
+    p = split("cl100k_base", text)
+    expect = enc.encode_ordinary(text)
+    assert tok.pieces(p) == expect
+    assert tok.pieces(p) == expect   # second pass: served from the cache
+
+
+# ---- slow reference implementations on random small vocabularies ---------------------------
+
+def ref_merges(piece, merge_rank, vocab):
+    """GPT-2's original bpe(): repeatedly merge every occurrence of the best-ranked bigram."""
+    word = [bytes([b]) for b in piece]
+    while len(word) > 1:
+        pairs = {(word[i], word[i + 1]) for i in range(len(word) - 1)}
+        best = min(pairs, key=lambda p: merge_rank.get(p, float("inf")))
+        if best not in merge_rank:
+            break
+        new, i = [], 0
+        while i < len(word):
+            if i < len(word) - 1 and (word[i], word[i + 1]) == best:
+                new.append(word[i] + word[i + 1])
+                i += 2
+            else:
+                new.append(word[i])
+                i += 1
+        word = new
+    return [vocab[w] for w in word]
+
+
+def ref_tiktoken(piece, ranks, ignore_merges):
+    """tiktoken's rule (as in its _educational.py): merge the adjacent pair whose concatenation
+    has the lowest rank, leftmost on ties."""
+    if ignore_merges and piece in ranks:
+        return [ranks[piece]]
+    parts = [bytes([b]) for b in piece]
+    while True:
+        best = None
+        for i in range(len(parts) - 1):
+            r = ranks.get(parts[i] + parts[i + 1])
+            if r is not None and (best is None or r < best[0]):
+                best = (r, i)
+        if best is None:
+            break
+        i = best[1]
+        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+    return [ranks[p] for p in parts]
+
+
+def random_text(rng, alphabet, n):
+    return bytes(rng.choice(alphabet) for _ in range(n))
+
+
+def random_merge_vocab(rng, alphabet, n_merges):
+    tokens = [bytes([b]) for b in range(256)]
+    ids = list(range(256))
+    rng.shuffle(ids)
+    vocab = dict(zip(tokens, ids))
+    merges, merge_rank = [], {}
+    pool = [bytes([b]) for b in alphabet]
+    next_id = 256
+    while len(merges) < n_merges:
+        a, b = rng.choice(pool), rng.choice(pool)
+        if (a, b) in merge_rank or a + b in vocab or len(a + b) > 12:
+            continue
+        merge_rank[(a, b)] = len(merges)
+        merges.append((vocab[a], vocab[b]))
+        vocab[a + b] = next_id + rng.randrange(3)   # gaps in the id space
+        next_id = vocab[a + b] + 1
+        pool.append(a + b)
+    return vocab, merges, merge_rank
+
+
+def random_tiktoken_vocab(rng, alphabet, n_tokens):
+    toks = [bytes([b]) for b in range(256)]
+    pool = [bytes([b]) for b in alphabet]
+    seen = set(toks)
+    while len(toks) < 256 + n_tokens:
+        if rng.random() < 0.1:   # a token that no merge of two tokens produces
+            t = random_text(rng, alphabet, rng.randrange(2, 6))
+        else:
+            t = rng.choice(pool) + rng.choice(pool)
+        if t in seen or len(t) > 12:
+            continue
+        seen.add(t)
+        toks.append(t)
+        pool.append(t)
+    ranks = list(range(len(toks)))
+    rng.shuffle(ranks)
+    return dict(zip(toks, ranks))
+
+
+SEEDS = range(60 if not LONG else 2000)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_merge_rule_vs_reference(seed):
+    rng = random.Random(seed)
+    alphabet = rng.sample(b"abcde xyz", rng.randrange(2, 6))
+    vocab, merges, merge_rank = random_merge_vocab(rng, alphabet, rng.randrange(1, 60))
+    tok = CTok(list(vocab.items()), lib.BPE_RULE_MERGES, merges, cache=rng.choice([0, 3, 64])).ok()
+    pieces = [random_text(rng, alphabet, rng.choice([1, 2, 3, 5, 8, 20, 24, 25, 40, 90]))
+              for _ in range(40)]
+    pieces += pieces[:10]   # repeats hit the cache
+    expect = [i for p in pieces for i in ref_merges(p, merge_rank, vocab)]
+    assert tok.pieces(pieces) == expect
+    tok.close()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_tiktoken_rule_vs_reference(seed):
+    rng = random.Random(1000 + seed)
+    alphabet = rng.sample(b"abcde xyz", rng.randrange(2, 6))
+    ranks = random_tiktoken_vocab(rng, alphabet, rng.randrange(1, 80))
+    ignore = rng.randrange(2)
+    tok = CTok(list(ranks.items()), lib.BPE_RULE_TIKTOKEN, ignore_merges=ignore,
+               cache=rng.choice([0, 3, 64])).ok()
+    pieces = [random_text(rng, alphabet, rng.choice([1, 2, 3, 5, 8, 20, 24, 25, 40, 90]))
+              for _ in range(40)]
+    pieces += [t for t in rng.sample(sorted(ranks), 10)]   # whole tokens (ignore_merges)
+    pieces += pieces[:10]
+    expect = [i for p in pieces for i in ref_tiktoken(p, ranks, ignore)]
+    assert tok.pieces(pieces) == expect
+    tok.close()
+
+
+def test_narrated_merge_example():
+    """'hello' with merges l+l, he, ll+o, he+llo: h e l l o -> h e ll o -> he ll o ->
+    he llo -> hello."""
+    tokens = [(bytes([b]), b) for b in range(256)]
+    tokens += [(b"ll", 300), (b"he", 301), (b"llo", 302), (b"hello", 303)]
+    merges = [(108, 108), (104, 101), (300, 111), (301, 302)]
+    tok = CTok(tokens, lib.BPE_RULE_MERGES, merges).ok()
+    assert tok.pieces([b"hello"]) == [303]
+    assert tok.pieces([b"hell"]) == [301, 300]
+    # "lllo": l l l o -> (ll) l o [leftmost] -> ll l o has no (l,o) merge -> [300, 108, 111]
+    assert tok.pieces([b"lllo"]) == [300, 108, 111]
+    tok.close()
+
+
+# ---- errors in the spec ---------------------------------------------------------------------
+
+def byte_tokens():
+    return [(bytes([b]), b) for b in range(256)]
+
+
+def test_spec_errors():
+    E = lib
+    # duplicate id
+    t = CTok(byte_tokens() + [(b"ab", 5)], E.BPE_RULE_TIKTOKEN)
+    assert (t.rc, t.bad) == (E.BPE_ERR_VOCAB, 256)
+    # duplicate bytes
+    t = CTok(byte_tokens() + [(b"ab", 300), (b"ab", 301)], E.BPE_RULE_TIKTOKEN)
+    assert (t.rc, t.bad) == (E.BPE_ERR_VOCAB, 257)
+    # empty token
+    t = CTok(byte_tokens() + [(b"", 300)], E.BPE_RULE_TIKTOKEN)
+    assert (t.rc, t.bad) == (E.BPE_ERR_VOCAB, 256)
+    # empty special, duplicate special bytes, special id clashing with another token
+    t = CTok(byte_tokens(), E.BPE_RULE_TIKTOKEN, specials=[(b"", 400)])
+    assert (t.rc, t.bad) == (E.BPE_ERR_VOCAB, 256)
+    t = CTok(byte_tokens(), E.BPE_RULE_TIKTOKEN, specials=[(b"<s>", 400), (b"<s>", 401)])
+    assert (t.rc, t.bad) == (E.BPE_ERR_VOCAB, 257)
+    t = CTok(byte_tokens(), E.BPE_RULE_TIKTOKEN, specials=[(b"<s>", 7)])
+    assert (t.rc, t.bad) == (E.BPE_ERR_VOCAB, 256)
+    # merge with an unknown id, merge whose result is not a token
+    toks = byte_tokens() + [(b"ab", 300)]
+    t = CTok(toks, E.BPE_RULE_MERGES, merges=[(97, 98), (97, 999)])
+    assert (t.rc, t.bad) == (E.BPE_ERR_MERGE, 1)
+    t = CTok(toks, E.BPE_RULE_MERGES, merges=[(97, 98), (98, 97)])
+    assert (t.rc, t.bad) == (E.BPE_ERR_MERGE, 1)
+    # bad rule / pattern
+    assert CTok(toks, 7).rc == E.BPE_ERR_ARG
+    assert CTok(toks, 0, pattern=9).rc == E.BPE_ERR_ARG
+    # an absurd id
+    assert CTok([(b"a", 2**32 - 1)], 1).rc == E.BPE_ERR_TOOBIG
+    # NULL arguments
+    assert lib.bpe_tokenizer_new(ffi.NULL, ffi.new("bpe_tokenizer **"), ffi.NULL) == E.BPE_ERR_ARG
+    lib.bpe_tokenizer_free(ffi.NULL)
+
+
+def test_missing_byte_is_nobyte():
+    toks = [(bytes([b]), b) for b in range(256) if b != ord("q")] + [(b"qq", 300)]
+    t = CTok(toks, lib.BPE_RULE_TIKTOKEN, ignore_merges=1).ok()
+    assert t.pieces([b"ab"]) == [97, 98]
+    assert t.pieces([b"qq"]) == [300]   # a whole token needs no bytes
+    for p in [b"q", b"aq", b"q" * 50]:
+        with pytest.raises(CError) as e:
+            t.pieces([b"ab", p])
+        assert e.value.code == lib.BPE_ERR_NOBYTE
+
+
+def test_token_lookup_and_id_limit():
+    tok, enc = real_tokenizer("cl100k_base")
+    assert lib.bpe_tokenizer_id_limit(tok.ptr) == enc.n_vocab
+    b = ffi.new("uint8_t **")
+    n = ffi.new("size_t *")
+    for i in [0, 255, 1000, 100255, 100257]:
+        assert lib.bpe_token_bytes(tok.ptr, i, ffi.cast("const uint8_t **", b), n) == 0
+        data = bytes(ffi.buffer(b[0], n[0]))
+        assert data == enc.decode_single_token_bytes(i)
+        idp = ffi.new("uint32_t *")
+        assert lib.bpe_token_id(tok.ptr, ffi.from_buffer("uint8_t[]", data), len(data), idp) == 0
+        assert idp[0] == i
+    assert lib.bpe_token_bytes(tok.ptr, 100256, ffi.cast("const uint8_t **", b), n) == \
+        lib.BPE_ERR_ID   # a hole in cl100k's id space
+    assert lib.bpe_token_bytes(tok.ptr, 10**7, ffi.cast("const uint8_t **", b), n) == \
+        lib.BPE_ERR_ID
+    assert lib.bpe_token_id(tok.ptr, ffi.from_buffer("uint8_t[]", b"zzqqzzqq!!"), 10,
+                            ffi.new("uint32_t *")) == lib.BPE_ERR_ID
+
+
+def test_decode():
+    tok, enc = real_tokenizer("o200k_base")
+    text = read_corpus("multilingual", 30_000, offset=777)
+    ids = enc.encode(text, allowed_special="all") + [199999]
+    assert tok.decode(ids) == enc.decode_bytes(ids)
+    assert tok.decode([]) == b""
+    with pytest.raises(CError) as e:
+        tok.decode([1, 2, 3, 10**8, 5])
+    assert (e.value.code, e.value.info) == (lib.BPE_ERR_ID, 3)
+
+
+# ---- bpe_encode: the C pre-tokenizer + specials, against tiktoken ---------------------------
+
+def native_tokenizer(name, cache=4096):
+    return real_tokenizer(name, pattern=PATTERN_ID[name], cache=cache)
+
+
+def special_modes(tok, enc, mode):
+    names = sorted(enc._special_tokens)
+    return names, [mode] * len(names)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_encode_matches_tiktoken(name):
+    tok, enc = native_tokenizer(name)
+    names, allowed = special_modes(tok, enc, lib.BPE_SPECIAL_ALLOWED)
+    for corpus in ["en_books", "multilingual", "code", "web"]:
+        text = read_corpus(corpus, 50_000 if not LONG else 3_000_000, offset=54321)
+        text += "<|endoftext|>" + names[-1] + " tail<|endoftext|>"
+        assert tok.encode(text) == enc.encode_ordinary(text), corpus
+        assert tok.encode(text, mode=[0] * len(names)) == enc.encode_ordinary(text)
+        assert tok.encode(text, mode=allowed) == enc.encode(text, allowed_special="all")
+    for text in ADVERSARIAL[2:]:
+        assert tok.encode(text) == enc.encode_ordinary(text), text[:20]
+
+
+def test_encode_adversarial_long_pieces_whole():
+    """1 MB of 'a' through bpe_encode (pre-tokenizer included) equals tiktoken; spaces at
+    200 KB (tiktoken itself is slow on 1 MB of them)."""
+    tok, enc = native_tokenizer("cl100k_base")
+    for text in [ADVERSARIAL[0], ADVERSARIAL[1][:200_000] + "x"]:
+        assert tok.encode(text) == enc.encode_ordinary(text)
+
+
+def test_disallowed_special():
+    tok, enc = native_tokenizer("cl100k_base")
+    names, _ = special_modes(tok, enc, 0)
+    i = names.index("<|fim_middle|>")
+    mode = [lib.BPE_SPECIAL_ALLOWED] * len(names)
+    mode[i] = lib.BPE_SPECIAL_DISALLOWED
+    assert tok.encode("no special here <|endoftext|>", mode=mode) == \
+        enc.encode("no special here <|endoftext|>", allowed_special="all")
+    for text in ["<|fim_middle|>", "x" * 5000 + "<|endoftext|> a <|fim_middle|>b"]:
+        with pytest.raises(CError) as e:
+            tok.encode(text, mode=mode)
+        assert (e.value.code, e.value.info) == (lib.BPE_ERR_DISALLOWED, i)
+        with pytest.raises(ValueError):
+            enc.encode(text, allowed_special=set(names) - {"<|fim_middle|>"})
+    with pytest.raises(CError) as e:
+        tok.encode("x", mode=[3] * len(names))
+    assert e.value.code == lib.BPE_ERR_ARG
+
+
+def naive_specials(text, specials, mode):
+    """Segments of text: a list of bytes (ordinary text) and ints (index of an allowed special),
+    or ('disallowed', index)."""
+    dis = [(s, -len(specials[i]), i) for i in range(len(specials)) if mode[i] == 2
+           for s in range(len(text)) if text.startswith(specials[i], s)]
+    if dis:
+        return ("disallowed", min(dis)[2])
+    out, pos = [], 0
+    while True:
+        hits = [(s, -len(specials[i]), i) for i in range(len(specials)) if mode[i] == 1
+                for s in range(pos, len(text)) if text.startswith(specials[i], s)]
+        if not hits:
+            out.append(text[pos:])
+            return out
+        s, _, i = min(hits)
+        out += [text[pos:s], i]
+        pos = s + len(specials[i])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_special_scanner_vs_naive(seed):
+    rng = random.Random(seed)
+    alpha = b"ab<|>x "
+    specials = set()
+    while len(specials) < rng.randrange(1, 7):
+        specials.add(random_text(rng, alpha, rng.randrange(1, 5)))
+    specials = sorted(specials)
+    if rng.random() < 0.3:
+        specials.append(specials[0] + specials[0])
+    sp = [(s, 1000 + i) for i, s in enumerate(specials)]
+    tok = CTok(byte_tokens() + [(b"ab", 300), (b" x", 301)], lib.BPE_RULE_TIKTOKEN,
+               specials=sp, pattern=lib.BPE_PATTERN_GPT2, ignore_merges=1).ok()
+    for _ in range(20):
+        text = random_text(rng, alpha, rng.randrange(0, 40))
+        mode = [rng.choice([0, 1, 1, 2]) for _ in specials]
+        if rng.random() < 0.5:
+            mode = [m if m != 2 else 1 for m in mode]
+        expect = naive_specials(text, specials, mode)
+        if isinstance(expect, tuple):
+            with pytest.raises(CError) as e:
+                tok.encode(text, mode=mode)
+            assert (e.value.code, e.value.info) == (lib.BPE_ERR_DISALLOWED, expect[1])
+            continue
+        ids = []
+        for seg in expect:
+            ids += [1000 + seg] if isinstance(seg, int) else (tok.encode(seg) if seg else [])
+        assert tok.encode(text, mode=mode) == ids, (text, specials, mode)
+    tok.close()
+
+
+def test_longest_special_wins():
+    tok, enc = native_tokenizer("gpt2")
+    sp = [(b"<|endoftext|>", 50256), (b"<|endoftext|><|endoftext|>", 50257)]
+    t = CTok(byte_tokens(), lib.BPE_RULE_TIKTOKEN, specials=sp, pattern=lib.BPE_PATTERN_GPT2).ok()
+    ids = t.encode("a<|endoftext|><|endoftext|><|endoftext|>b", mode=[1, 1])
+    assert ids == [97, 50257, 50256, 98]
+    assert t.encode("<|endoftext|><|endoftext|>", mode=[1, 0]) == [50256, 50256]
+
+
+# ---- streaming: bpe_encode_prefix ------------------------------------------------------------
+
+def stream(tok, data, cuts, mode):
+    ids, buf, pos = [], b"", 0
+    for c in cuts + [len(data)]:
+        buf += data[pos:c]
+        pos = c
+        got, consumed = tok.encode(buf, mode=mode, prefix=False)
+        assert 0 <= consumed <= len(buf)
+        ids += got
+        buf = buf[consumed:]
+    got, consumed = tok.encode(buf, mode=mode, prefix=True)
+    assert consumed == len(buf)
+    return ids + got
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_prefix_streaming_equals_whole(name):
+    tok, enc = native_tokenizer(name)
+    names, allowed = special_modes(tok, enc, lib.BPE_SPECIAL_ALLOWED)
+    rng = random.Random(7)
+    text = read_corpus("multilingual", 20_000, offset=31337)
+    text = text[:5000] + "<|endoftext|>" * 3 + text[5000:9000] + "  \n\n  " + names[-1] + \
+        text[9000:] + " " * 300 + "<|endo"
+    data = text.encode()
+    for mode in [None, allowed]:
+        whole = tok.encode(data, mode=mode)
+        for trial in range(4):
+            cuts = sorted(rng.sample(range(1, len(data)), [3, 30, 300, 1000][trial]))
+            assert stream(tok, data, cuts, mode) == whole
+
+
+def test_prefix_holds_back_possible_special():
+    tok, enc = native_tokenizer("gpt2")
+    for tail in ["<", "<|", "<|endoftext", "<|endoftext|"]:
+        text = ("hello world " + tail).encode()
+        ids, consumed = tok.encode(text, mode=[1], prefix=False)
+        assert consumed <= text.index(b"<")
+        ids, consumed = tok.encode(text, mode=[0], prefix=False)   # plain text: no hold
+        buf = ffi.from_buffer("uint8_t[]", text)
+        assert consumed == lib.bpe_pretok_safe_cut(lib.BPE_PATTERN_GPT2, buf, len(text))
+    ids, consumed = tok.encode(b"x<|endoftext|>", mode=[1], prefix=False)
+    assert consumed == 14 and ids == [87, 50256]
+
+
+# ---- batch, threads, fork ---------------------------------------------------------------------
+
+def batch(tok, texts, mode=None, n_threads=0):
+    n = len(texts)
+    keep = [ffi.from_buffer("uint8_t[]", t) if t else ffi.NULL for t in texts]
+    ptrs = ffi.new("uint8_t *[]", keep)
+    lens = ffi.new("size_t[]", [len(t) for t in texts])
+    outs = ffi.new("bpe_ids[]", n)
+    info = ffi.new("size_t *", 12345)
+    m = ffi.new("uint8_t[]", list(mode)) if mode is not None else ffi.NULL
+    rc = lib.bpe_encode_batch(tok.ptr, n, ffi.cast("const uint8_t *const *", ptrs), lens, m,
+                              n_threads, outs, info)
+    res = [list(outs[i].ids[0:outs[i].len]) for i in range(n)]
+    for i in range(n):
+        lib.bpe_ids_free(ffi.addressof(outs, i))
+    if rc:
+        assert all(r == [] for r in res)
+        raise CError(rc, info[0])
+    return res
+
+
+def corpus_texts(n, size):
+    text = read_corpus("web", n * size, offset=4242)
+    return [text[i * size:(i + 1) * size].encode() for i in range(n)]
+
+
+def test_batch_equals_single():
+    tok, enc = native_tokenizer("o200k_base")
+    texts = corpus_texts(40, 5000) + [b"", b"<|endoftext|>x", b"a" * 100_000]
+    expect = [tok.encode(t) for t in texts]
+    for n_threads in [0, 1, 2, 5]:
+        assert batch(tok, texts, n_threads=n_threads) == expect
+    mode = [1, 1]
+    assert batch(tok, texts, mode=mode)[41] == enc.encode("<|endoftext|>x",
+                                                          allowed_special="all")
+    bad = [b"fine"] * 30 + [b"<|endoftext|>"] + [b"ok"] * 5 + [b"<|endoftext|>"]
+    with pytest.raises(CError) as e:
+        batch(tok, bad, mode=[2, 2], n_threads=3)
+    assert (e.value.code, e.value.info) == (lib.BPE_ERR_DISALLOWED, 30)
+
+
+def test_python_threads_share_one_tokenizer():
+    tok, enc = native_tokenizer("cl100k_base", cache=512)
+    texts = [t.decode("utf-8", "ignore") for t in corpus_texts(16, 20_000)]
+    expect = [enc.encode_ordinary(t) for t in texts]
+    errors = []
+
+    def work(k):
+        try:
+            for r in range(3):
+                for i in range(k, len(texts), 8):
+                    if tok.encode(texts[i]) != expect[i]:
+                        errors.append((k, i))
+        except Exception as exc:   # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_fork_after_batch():
+    tok, enc = native_tokenizer("gpt2")
+    texts = corpus_texts(8, 40_000)
+    expect = batch(tok, texts, n_threads=2)
+    pid = os.fork()
+    if pid == 0:   # the child: single and batch encoding must still work
+        ok = 0
+        try:
+            ok = int(batch(tok, texts, n_threads=2) == expect and
+                     [tok.encode(t) for t in texts] == expect)
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert batch(tok, texts, n_threads=2) == expect
+
+
+# ---- bpe_encode_file ---------------------------------------------------------------------------
+
+def encode_file(tok, src, dst, width=4, mode=None, n_threads=2, cancel=False):
+    prog = ffi.new("bpe_progress *")
+    prog.cancel = int(cancel)
+    n = ffi.new("uint64_t *")
+    info = ffi.new("size_t *", 12345)
+    m = ffi.new("uint8_t[]", list(mode)) if mode is not None else ffi.NULL
+    rc = lib.bpe_encode_file(tok.ptr, str(src).encode(), str(dst).encode(), width, m, n_threads,
+                             prog, n, info)
+    if rc:
+        raise CError(rc, info[0])
+    return n[0], prog.done, prog.total
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    monkeypatch.setenv("BPE_CFFI_FILE_CHUNK", "997")
+
+
+def read_ids(path, width):
+    import numpy as np
+    return np.fromfile(path, dtype="<u2" if width == 2 else "<u4").tolist()
+
+
+def utf8_replacement_is_built(tmp_path):
+    """False while csrc/utf8.c is still the weak stand-in (it copies bytes unchanged)."""
+    tok, _ = native_tokenizer("gpt2")
+    src, dst = tmp_path / "probe.txt", tmp_path / "probe.bin"
+    src.write_bytes(b"\xff")
+    encode_file(tok, src, dst)
+    ok = read_ids(dst, 4) == tok.encode("\ufffd")
+    dst.unlink()
+    src.unlink()
+    return ok
+
+
+def check_file(tmp_path, tok, raw, mode, width):
+    src = tmp_path / "in.txt"
+    src.write_bytes(raw)
+    text = raw.decode("utf-8", errors="replace").encode()
+    expect = tok.encode(text, mode=mode)
+    for threads in [1, 2, 3]:
+        dst = tmp_path / f"out{threads}.bin"
+        n, done, total = encode_file(tok, src, dst, width, mode, threads)
+        assert read_ids(dst, width) == expect and n == len(expect)
+        assert done == total == len(raw)
+    assert [p.name for p in tmp_path.iterdir() if "tmp" in p.name] == []
+
+
+@pytest.mark.parametrize("name", ["gpt2", "o200k_base"])
+def test_encode_file_equals_encode(tmp_path, small_chunks, name):
+    tok, enc = native_tokenizer(name)
+    names, allowed = special_modes(tok, enc, lib.BPE_SPECIAL_ALLOWED)
+    raw = read_corpus("multilingual", 30_000, offset=2024).encode()
+    raw = raw[:9000] + b"<|endoftext|>" + b" " * 3000 + raw[9000:] + b"<|endo"
+    for mode in [None, allowed]:
+        check_file(tmp_path, tok, raw, mode, 2 if name == "gpt2" else 4)
+
+
+def test_encode_file_replaces_invalid_utf8(tmp_path, small_chunks):
+    if not utf8_replacement_is_built(tmp_path):
+        pytest.skip("csrc/utf8.c not merged yet (weak stand-in)")
+    tok, enc = native_tokenizer("cl100k_base")
+    raw = read_corpus("multilingual", 30_000, offset=2024).encode()
+    # invalid UTF-8 scattered around, some on chunk boundaries, and a truncated tail
+    raw = raw[:996] + b"\xe2\x82" + raw[996:5000] + b"\xff\xfe" + raw[5000:9000] + \
+        b"\xed\xa0\x80" + raw[9000:] + b"\xf0\x9f\x98"
+    check_file(tmp_path, tok, raw, None, 4)
+
+
+def test_encode_file_errors_clean_up(tmp_path):
+    tok, enc = native_tokenizer("cl100k_base")
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"hello <|endoftext|> world " * 1000)
+    dst = tmp_path / "out.bin"
+    with pytest.raises(CError) as e:   # cl100k ids do not fit in 16 bits
+        encode_file(tok, src, dst, width=2)
+    assert e.value.code == lib.BPE_ERR_ARG
+    with pytest.raises(CError) as e:
+        encode_file(tok, src, dst, cancel=True)
+    assert e.value.code == lib.BPE_ERR_CANCELLED
+    names, _ = special_modes(tok, enc, 0)
+    mode = [2 if n == "<|endoftext|>" else 0 for n in names]
+    with pytest.raises(CError) as e:
+        encode_file(tok, src, dst, mode=mode)
+    assert (e.value.code, e.value.info) == (lib.BPE_ERR_DISALLOWED, names.index("<|endoftext|>"))
+    with pytest.raises(CError) as e:
+        encode_file(tok, tmp_path / "missing.txt", dst)
+    assert e.value.code == lib.BPE_ERR_IO
+    with pytest.raises(CError) as e:
+        encode_file(tok, src, tmp_path / "no_dir" / "out.bin")
+    assert e.value.code == lib.BPE_ERR_IO
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    assert encode_file(tok, empty, dst)[0] == 0 and dst.read_bytes() == b""

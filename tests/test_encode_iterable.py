@@ -1,0 +1,144 @@
+"""encode_iterable: the ids of the concatenation, whatever the chunking; lazy; O(chunk) memory
+(checked under RLIMIT_AS in a subprocess, as Stanford CS336's tests limit it)."""
+import io
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import types
+
+import pytest
+
+from conftest import LONG
+from pyapi_helpers import corpus_slice, ours, random_texts, reference, small_trained
+
+from bpe_cffi import Tokenizer
+
+TRICKY = ("Hello  world!\n\n  It's 12345 tokens<|endoftext|>  <|endoftext|>\r\n\u00a0\u3000 "
+          "日本語 😀👨‍👩‍👧 e\u0301 'LL   \t\n<|endoftext|><|endoftext|>end   ")
+
+
+def chunked(text, cuts):
+    cuts = sorted(set(c for c in cuts if 0 < c < len(text)))
+    prev = 0
+    for c in cuts + [len(text)]:
+        yield text[prev:c]
+        prev = c
+
+
+@pytest.mark.parametrize("vocab", ["gpt2", "cl100k_base", "o200k_base"])
+def test_every_single_cut(vocab):
+    tok, enc = ours(vocab), reference(vocab)
+    want = enc.encode(TRICKY, allowed_special="all")
+    assert list(tok.encode_iterable([TRICKY])) == want
+    for cut in range(1, len(TRICKY)):
+        got = list(tok.encode_iterable(chunked(TRICKY, [cut])))
+        assert got == want, cut
+
+
+@pytest.mark.parametrize("vocab", ["gpt2", "cl100k_base", "o200k_base"])
+def test_random_chunkings(vocab):
+    tok, enc = ours(vocab), reference(vocab)
+    rng = random.Random(11)
+    text = corpus_slice("multilingual", 40_000) + TRICKY + corpus_slice("code", 40_000)
+    want = enc.encode(text, allowed_special="all")
+    for _ in range(20 if LONG else 4):
+        cuts = [rng.randrange(len(text)) for _ in range(rng.choice([1, 10, 300, 3000]))]
+        assert list(tok.encode_iterable(chunked(text, cuts))) == want
+    # one character at a time (the worst case for the tail)
+    small = TRICKY * 3
+    assert list(tok.encode_iterable(iter(small))) == enc.encode(small, allowed_special="all")
+
+
+def test_file_object_and_laziness(tmp_path):
+    tok, enc = ours("gpt2"), reference("gpt2")
+    text = corpus_slice("en_books", 100_000)
+    p = tmp_path / "t.txt"
+    p.write_text(text, encoding="utf-8")
+    with open(p, encoding="utf-8") as f:
+        it = tok.encode_iterable(f)
+        assert isinstance(it, types.GeneratorType)
+        assert list(it) == enc.encode(text, allowed_special="all")
+
+    def endless():
+        while True:
+            yield "the quick brown fox "
+    it = tok.encode_iterable(endless())
+    first = [next(it) for _ in range(100)]
+    assert tok.decode(first).startswith("the quick brown fox the quick")
+
+
+def test_custom_regex_iterable():
+    vocab, merges = small_trained()
+    tok = Tokenizer(vocab, merges, ["<|endoftext|>"], pattern=r"\p{L}+| ?\p{N}|\s+|[^\s\p{L}]+")
+    texts = random_texts(seed=21, n=60)
+    whole = "".join(texts)
+    assert list(tok.encode_iterable(texts)) == tok.encode(whole)
+    assert list(tok.encode_iterable(iter(whole))) == tok.encode(whole)
+
+
+def test_iterable_rejects_non_str():
+    tok = ours("gpt2")
+    with pytest.raises(TypeError):
+        list(tok.encode_iterable(["ok", b"bytes"]))
+    with pytest.raises(TypeError):
+        list(tok.encode_iterable(io.BytesIO(b"abc\n")))
+
+
+MEMORY_SCRIPT = textwrap.dedent(r"""
+    import hashlib, os, resource, sys
+    import psutil
+    sys.path[:0] = {paths!r}
+    from bpe_cffi import Tokenizer
+    tok = Tokenizer.from_files({vocab!r}, {merges!r}, special_tokens=["<|endoftext|>"])
+    path = {path!r}
+    # warm up this thread's state in C (its word cache) before the limit
+    with open(path, encoding="utf-8") as f:
+        for _ in zip(range(20000), tok.encode_iterable(f)):
+            pass
+    proc = psutil.Process(os.getpid())
+    rss = proc.memory_info().rss
+    vms = proc.memory_info().vms
+    limit = max(rss, vms) + {extra}
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    h = hashlib.sha256()
+    n = 0
+    with open(path, encoding="utf-8") as f:
+        for i in tok.encode_iterable(f):
+            h.update(i.to_bytes(4, "little"))
+            n += 1
+    resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    print(n, h.hexdigest(), proc.memory_info().rss - rss)
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is Linux-only")
+def test_streaming_memory_is_bounded(tmp_path):
+    """Streams a multi-MB file under an address-space limit of (current size + 8 MB): no
+    thread start, no large allocation, no growth with the file."""
+    import hashlib
+    from conftest import cs336_path, vocab_path
+    pytest.importorskip("psutil")
+    parts = [cs336_path("corpus.en").read_text(encoding="utf-8")]
+    parts.append(corpus_slice("en_books", 20_000_000 if LONG else 4_000_000))
+    text = "<|endoftext|>".join(parts)
+    path = tmp_path / "stream.txt"
+    path.write_text(text, encoding="utf-8")
+    enc = reference("gpt2")
+    want = enc.encode(text, allowed_special="all")
+    h = hashlib.sha256()
+    for i in want:
+        h.update(i.to_bytes(4, "little"))
+    import bpe_cffi
+    paths = [os.path.dirname(os.path.dirname(bpe_cffi.__file__))]
+    script = MEMORY_SCRIPT.format(paths=paths, vocab=str(vocab_path("gpt2_vocab.json")),
+                                  merges=str(vocab_path("gpt2_merges.txt")), path=str(path),
+                                  extra=8 * 2 ** 20)
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    n, digest, growth = res.stdout.split()
+    assert int(n) == len(want)
+    assert digest == h.hexdigest()
+    assert int(growth) < 8 * 2 ** 20

@@ -1,0 +1,208 @@
+"""File formats: the byte-level alphabet, and every malformed, truncated or inconsistent file
+raising ValueError with the file and line (missing files: FileNotFoundError naming them)."""
+import base64
+import json
+
+import pytest
+
+from bpe_cffi import Tokenizer, formats, load
+
+
+def test_byte_alphabet_matches_gpt2():
+    from conftest import vocab_path
+    vocab_path("offline_tiktoken.py")
+    import sys
+    from conftest import VOCAB_DIR
+    sys.path.insert(0, str(VOCAB_DIR))
+    from offline_tiktoken import gpt2_byte_decoder     # an independent copy of the table
+    assert formats.unicode_to_byte() == gpt2_byte_decoder()
+    assert len(set(formats.byte_to_unicode())) == 256
+    assert formats.bytes_to_token_str(b" the") == "Ġthe"
+    assert formats.token_str_to_bytes("Ġthe\u010a", "x") == b" the\n"
+
+
+def test_gpt2_files_read():
+    from conftest import vocab_path
+    vocab = formats.read_gpt2_vocab(vocab_path("gpt2_vocab.json"))
+    merges = formats.read_gpt2_merges(vocab_path("gpt2_merges.txt"))
+    assert len(vocab) == 50257 and vocab[50256] == b"<|endoftext|>"
+    assert len(merges) == 50000 and merges[0] == (b" ", b"t")
+    assert vocab[198] == b"\n"
+
+
+def write(tmp_path, name, data):
+    p = tmp_path / name
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    p.write_bytes(data)
+    return p
+
+
+BASE_VOCAB = {formats.bytes_to_token_str(bytes([i])): i for i in range(256)}
+
+
+def vocab_json(extra=None, text=None):
+    if text is not None:
+        return text
+    v = dict(BASE_VOCAB)
+    v.update(extra or {})
+    return "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(i)}" for k, i in v.items()) + "\n}"
+
+
+GOOD_MERGES = "#version: 0.2\na b\nab c\n"
+GOOD_EXTRA = {"ab": 256, "abc": 257}
+
+
+def test_good_files_load(tmp_path):
+    v = write(tmp_path, "vocab.json", vocab_json(GOOD_EXTRA))
+    m = write(tmp_path, "merges.txt", GOOD_MERGES)
+    tok = Tokenizer.from_files(v, m)
+    assert tok.encode("abc") == [257]
+    assert tok.encode("abcab") == [257, 256]
+    assert load(v).encode("abcab") == [257, 256]           # merges.txt found beside it
+    assert load((v, m)).encode("abc") == [257]
+
+
+@pytest.mark.parametrize("merges,match", [
+    ("a b\nab\n", r"merges.txt:2: .*two tokens"),
+    ("a b\nab c d\n", r"merges.txt:2: .*two tokens"),
+    ("a b\nx y\n", r"merges.txt:2: .*'xy'.*not in the vocabulary"),
+    ("#version: 0.2\na b\nab zz\n", r"merges.txt:3: .*'zz'.*not in the vocabulary"),
+    ("a b\nab  c\n", r"merges.txt:2:"),
+    ("a b\n\u2603 c\n", r"merges.txt:2: .*alphabet"),
+])
+def test_bad_merges(tmp_path, merges, match):
+    v = write(tmp_path, "vocab.json", vocab_json(GOOD_EXTRA))
+    m = write(tmp_path, "merges.txt", merges)
+    with pytest.raises(ValueError, match=match):
+        Tokenizer.from_files(v, m)
+
+
+@pytest.mark.parametrize("text,match", [
+    ('{"a": 0, "b": 1', r"vocab.json:1: bad JSON"),
+    ('{"a": 0,\n "b": }', r"vocab.json:2: bad JSON"),
+    ('["a", "b"]', r"vocab.json:1: expected a JSON object"),
+    (None, r"vocab.json:\d+: .*duplicate id 97"),
+    ('{"a": 0,\n "a": 1}', r"vocab.json:2: token 'a': appears twice"),
+    ('{"a": 0,\n "b": -4}', r"vocab.json:2: .*-4"),
+    ('{"a": 0,\n "b": "1"}', r"vocab.json:2: .*not an integer"),
+    ('{"a": 0,\n "\u2603": 1}', r"vocab.json: token .*alphabet"),
+    ('{"a": 0,\n "": 1}', r"vocab.json:2: .*empty"),
+    (b'{"a": 0, "\xff": 1}', r"vocab.json:1: not valid UTF-8"),
+])
+def test_bad_vocab_json(tmp_path, text, match):
+    if text is None:
+        text = vocab_json({"dup": 97})
+    v = write(tmp_path, "vocab.json", text)
+    m = write(tmp_path, "merges.txt", "")
+    with pytest.raises(ValueError, match=match):
+        Tokenizer.from_files(v, m)
+
+
+def tiktoken_lines(vocab):
+    return b"\n".join(base64.b64encode(b) + b" " + str(i).encode() for i, b in vocab.items())
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda ls: ls[:5] + [b"!!notbase64 5"] + ls[6:], r"x.tiktoken:6: bad base64"),
+    (lambda ls: ls[:3] + [ls[3].split()[0]] + ls[4:], r"x.tiktoken:4: .*rank is missing"),
+    (lambda ls: ls[:3] + [ls[3] + b" 7"] + ls[4:], r"x.tiktoken:4: .*3 fields"),
+    (lambda ls: ls[:3] + [ls[3].split()[0] + b" x1"] + ls[4:], r"x.tiktoken:4: rank"),
+    (lambda ls: ls[:3] + [ls[3].split()[0] + b" 9"] + ls[4:], r"x.tiktoken:10: duplicate rank 9"),
+    (lambda ls: ls[:3] + [ls[9].split()[0] + b" 3"] + ls[4:], r"x.tiktoken:10: duplicate token"),
+    (lambda ls: [], r"x.tiktoken:1: no tokens"),
+])
+def test_bad_tiktoken(tmp_path, mutate, match):
+    lines = tiktoken_lines({i: bytes([i]) for i in range(256)}).split(b"\n")
+    p = write(tmp_path, "x.tiktoken", b"\n".join(mutate(lines)))
+    with pytest.raises(ValueError, match=match):
+        Tokenizer.from_tiktoken(p, pattern="gpt2")
+
+
+def test_truncated_files(tmp_path):
+    from conftest import vocab_path
+    raw = vocab_path("cl100k_base.tiktoken").read_bytes()
+    p = write(tmp_path, "cut.tiktoken", raw[:len(raw) // 2])
+    # cut in the middle of a line: either bad base64 or a missing rank, with its line
+    with pytest.raises(ValueError, match=r"cut.tiktoken:\d+: "):
+        Tokenizer.from_tiktoken(p, pattern="cl100k")
+    rawj = vocab_path("gpt2_vocab.json").read_bytes()
+    v = write(tmp_path, "vocab.json", rawj[:len(rawj) // 3])
+    with pytest.raises(ValueError, match=r"vocab.json:\d+: bad JSON"):
+        Tokenizer.from_files(v, vocab_path("gpt2_merges.txt"))
+    rawm = vocab_path("gpt2_merges.txt").read_bytes()
+    m = write(tmp_path, "merges.txt", rawm[:len(rawm) // 2] + b"\n\xc4")
+    with pytest.raises(ValueError, match=r"merges.txt:\d+: "):
+        Tokenizer.from_files(vocab_path("gpt2_vocab.json"), m)
+
+
+def test_bad_tokenizer_json(tmp_path):
+    tok = Tokenizer({i: bytes([i]) for i in range(256)} | {256: b"ab"}, [(b"a", b"b")],
+                    ["<|x|>"])
+    good = tmp_path / "tok.json"
+    tok.save(good)
+    doc = json.loads(good.read_text(encoding="utf-8"))
+    cases = []
+    d = json.loads(json.dumps(doc)); d["model"]["merges"].append(["a", "zz"])
+    cases.append((d, r"not in the vocabulary"))
+    d = json.loads(json.dumps(doc)); d["model"]["merges"].append(["a b c"])
+    cases.append((d, r"merges\[1\].*two tokens"))
+    d = json.loads(json.dumps(doc)); d["model"]["vocab"]["zz"] = 5
+    cases.append((d, r"duplicate id 5"))
+    d = json.loads(json.dumps(doc)); del d["model"]
+    cases.append((d, r"neither a tokenizer.json"))
+    d = json.loads(json.dumps(doc)); d["model"]["type"] = "Unigram"
+    cases.append((d, r"not BPE"))
+    d = json.loads(json.dumps(doc)); d["model"]["bpe_cffi"]["rule"] = "magic"
+    cases.append((d, r"rule"))
+    for k, (d, match) in enumerate(cases):
+        p = tmp_path / f"bad{k}.json"
+        p.write_text(json.dumps(d, indent=1), encoding="utf-8")
+        with pytest.raises(ValueError, match=match):
+            load(p)
+    p = tmp_path / "trunc.json"
+    p.write_bytes(good.read_bytes()[:-200])
+    with pytest.raises(ValueError, match=r"trunc.json:\d+: (bad JSON|not valid UTF-8)"):
+        load(p)
+
+
+def test_missing_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        Tokenizer.from_files(tmp_path / "nope.json", tmp_path / "m.txt")
+    v = write(tmp_path, "vocab.json", vocab_json())
+    with pytest.raises(FileNotFoundError, match="nomerges.txt"):
+        Tokenizer.from_files(v, tmp_path / "nomerges.txt")
+    with pytest.raises(FileNotFoundError, match="x.tiktoken"):
+        Tokenizer.from_tiktoken(tmp_path / "x.tiktoken", pattern="gpt2")
+    with pytest.raises(FileNotFoundError, match="gone.json"):
+        load(tmp_path / "gone.json")
+    lone = tmp_path / "sub"
+    lone.mkdir()
+    v2 = write(lone, "my-vocab.json", vocab_json())
+    with pytest.raises(FileNotFoundError, match="merges"):
+        load(v2)
+
+
+def test_tiktoken_pattern_inference(tmp_path):
+    p = write(tmp_path, "odd.tiktoken", tiktoken_lines({i: bytes([i]) for i in range(256)}))
+    with pytest.raises(ValueError, match="pattern"):
+        load(p)
+    assert load(p, pattern="o200k").pattern == "o200k"
+    from conftest import vocab_path
+    assert load(vocab_path("cl100k_base.tiktoken")).pattern == "cl100k"
+
+
+def test_synthesize_merges_small():
+    vocab = {i: bytes([i]) for i in range(256)}
+    vocab.update({256: b"ab", 257: b"bc", 258: b"abc", 259: b"xyz"})
+    merges = formats.synthesize_merges(vocab)
+    # abc: with ab (256) and bc (257) available, tiktoken merges ab first -> (ab, c)
+    assert merges == [(b"a", b"b"), (b"b", b"c"), (b"ab", b"c")]   # xyz is unreachable
+
+
+def test_atomic_write_leaves_no_temp(tmp_path):
+    p = tmp_path / "f.bin"
+    formats.atomic_write(p, b"one")
+    formats.atomic_write(p, b"two")
+    assert p.read_bytes() == b"two"
+    assert [x.name for x in tmp_path.iterdir()] == ["f.bin"]

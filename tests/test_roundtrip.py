@@ -1,0 +1,136 @@
+"""decode(encode(s)) == s; save/load round trips; HuggingFace `tokenizers` reading our saved
+tokenizer.json gives our ids."""
+import json
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from conftest import CORPORA, LONG
+from pyapi_helpers import corpus_slice, ours, random_texts, small_trained
+
+from bpe_cffi import Tokenizer, load
+
+CUSTOM_REGEX = r"""\p{L}+|\p{N}{1,2}+|[^\p{L}\p{N}\s]+|\s+"""
+# Pieces on which HF's merge-list rule differed from tiktoken's rule when measured on 3 MB of
+# each corpus (cl100k_base and o200k_base with synthesized merges): see the report.  The
+# assertion allows this many differing ids per test slice.
+HF_TIKTOKEN_RULE_BOUND = 0
+
+
+def trained_tok(pattern="gpt2"):
+    vocab, merges = small_trained()
+    return Tokenizer(vocab, merges, ["<|endoftext|>", "<|pad|>"], pattern=pattern)
+
+
+MAKERS = {
+    "gpt2": lambda: ours("gpt2"),
+    "cl100k": lambda: ours("cl100k_base"),
+    "trained": lambda: trained_tok(),
+    "trained-o200k": lambda: trained_tok("o200k"),
+    "trained-regex": lambda: trained_tok(CUSTOM_REGEX),
+}
+
+text_strategy = st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
+
+
+@settings(max_examples=1000 if LONG else 200, deadline=None)
+@given(text_strategy)
+def test_decode_encode_roundtrip_gpt2(s):
+    tok = ours("gpt2")
+    assert tok.decode(tok.encode(s)) == s
+    assert tok.decode(tok.encode_ordinary(s)) == s
+
+
+@settings(max_examples=1000 if LONG else 200, deadline=None)
+@given(text_strategy)
+def test_decode_encode_roundtrip_o200k(s):
+    tok = ours("o200k_base")
+    assert tok.decode(tok.encode(s)) == s
+
+
+@settings(max_examples=1000 if LONG else 200, deadline=None)
+@given(st.text(max_size=100) | st.sampled_from(random_texts(seed=5, n=100)))
+def test_decode_encode_roundtrip_trained(s):
+    for tok in (MAKERS["trained"](), MAKERS["trained-regex"]()):
+        if any(0xD800 <= ord(c) <= 0xDFFF for c in s):
+            expected = s.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        else:
+            expected = s
+        assert tok.decode(tok.encode(s)) == expected
+
+
+@pytest.mark.parametrize("kind", list(MAKERS))
+def test_save_load_roundtrip(tmp_path, kind):
+    tok = MAKERS[kind]()
+    p = tmp_path / "tokenizer.json"
+    tok.save(p)
+    back = load(p)
+    assert back.rule == tok.rule
+    assert back.pattern == tok.pattern
+    assert back.special_tokens == tok.special_tokens
+    assert back.n_vocab == tok.n_vocab
+    assert back.vocab == tok.vocab
+    if tok.rule == "merges":
+        assert back.merges == tok.merges
+    texts = random_texts(seed=1, n=200) + [corpus_slice("multilingual", 50_000)]
+    for s in texts:
+        assert back.encode(s) == tok.encode(s), repr(s)
+    # saving again gives the same file
+    p2 = tmp_path / "again.json"
+    back.save(p2)
+    assert json.loads(p2.read_text("utf-8")) == json.loads(p.read_text("utf-8"))
+
+
+def test_save_gpt2_files_roundtrip(tmp_path):
+    tok = trained_tok()
+    tok.save_gpt2(tmp_path / "vocab.json", tmp_path / "merges.txt")
+    back = load(tmp_path / "vocab.json", special_tokens=["<|endoftext|>", "<|pad|>"])
+    for s in random_texts(seed=2, n=100):
+        assert back.encode(s) == tok.encode(s)
+
+
+_HF = {}
+
+
+@pytest.fixture(scope="module")
+def hf_for(tmp_path_factory):
+    """kind -> (our tokenizer, HF tokenizer loaded from our saved file), built once."""
+    tokenizers = pytest.importorskip("tokenizers")
+
+    def get(kind):
+        if kind not in _HF:
+            tok = MAKERS[kind]() if kind in MAKERS else ours(kind)
+            p = tmp_path_factory.mktemp("hf") / "tokenizer.json"
+            tok.save(p)
+            _HF[kind] = (tok, tokenizers.Tokenizer.from_file(str(p)))
+        return _HF[kind]
+    return get
+
+
+def count_diffs(tok, hf, texts):
+    diffs = 0
+    for t in texts:
+        a, b = tok.encode(t), hf.encode(t).ids
+        if a != b:
+            diffs += sum(1 for x, y in zip(a, b) if x != y) + abs(len(a) - len(b))
+    return diffs
+
+
+@pytest.mark.parametrize("corpus", CORPORA)
+@pytest.mark.parametrize("kind", ["gpt2", "trained", "trained-o200k", "trained-regex"])
+def test_hf_parity_merge_rule(hf_for, kind, corpus):
+    tok, hf = hf_for(kind)
+    text = corpus_slice(corpus, 1_000_000 if LONG else 100_000)
+    texts = [text, "<|endoftext|>" + text[:2000] + "<|pad|><|endoftext|>"]
+    assert count_diffs(tok, hf, texts) == 0
+    ids = tok.encode(text[:5000])
+    assert hf.decode(ids, skip_special_tokens=False) == tok.decode(ids)
+
+
+@pytest.mark.parametrize("corpus", CORPORA)
+def test_hf_parity_tiktoken_rule(hf_for, corpus):
+    """cl100k_base saved with synthesized merges: HF applies them by the merge-list rule."""
+    tok, hf = hf_for("cl100k_base")
+    text = corpus_slice(corpus, 1_000_000 if LONG else 100_000)
+    diffs = count_diffs(tok, hf, [text, "<|endoftext|>x<|fim_prefix|>"])
+    assert diffs <= HF_TIKTOKEN_RULE_BOUND

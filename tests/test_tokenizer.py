@@ -1,0 +1,294 @@
+"""Tokenizer against the pure-Python reference encoder (vocabularies tiktoken does not know),
+plus the API's contracts: special tokens, batch, files, threads, decode, bad input."""
+import threading
+
+import pytest
+
+from conftest import LONG
+from pyapi_helpers import ours, random_texts, small_trained
+from reference_encoder import ReferenceEncoder
+
+from bpe_cffi import Tokenizer, patterns
+
+N_CASES = 2000 if LONG else 300
+CUSTOM_REGEX = r"""\p{L}+|\p{N}|[^\p{L}\p{N}\s]+|\s+"""
+SPECIALS = ["<|endoftext|>", "<|pad|>", "<s>", "<s><s>"]
+
+
+def reference_for(tok: Tokenizer, rule="merges", ignore_merges=True):
+    vocab = {i: b for i, b in tok.vocab.items() if i not in tok.special_tokens.values()}
+    merges = tok.merges if rule == "merges" else None
+    return ReferenceEncoder(vocab, merges, tok.special_tokens,
+                            pattern=patterns.resolve(tok.pattern)[1], rule=rule,
+                            ignore_merges=ignore_merges)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    vocab, merges = small_trained()
+    return vocab, merges
+
+
+@pytest.mark.parametrize("pattern", ["gpt2", "cl100k", "o200k", CUSTOM_REGEX])
+def test_trained_vocab_matches_reference(trained, pattern):
+    vocab, merges = trained
+    tok = Tokenizer(vocab, merges, SPECIALS, pattern=pattern)
+    ref = reference_for(tok)
+    assert len(tok.merges) == len(merges)
+    for s in random_texts(seed=7, n=N_CASES):
+        assert tok.encode(s) == ref.encode(s), repr(s)
+        assert tok.encode_ordinary(s) == ref.encode_ordinary(s), repr(s)
+    text = "".join(random_texts(seed=8, n=200))
+    assert tok.encode(text) == ref.encode(text)
+
+
+def test_trained_vocab_as_tiktoken_rule(trained, tmp_path):
+    """The same bytes written as a .tiktoken file (rank = id): tiktoken's rule."""
+    from bpe_cffi import formats
+    vocab, _ = trained
+    path = tmp_path / "small.tiktoken"
+    formats.write_tiktoken(vocab, path)
+    tok = Tokenizer.from_tiktoken(path, pattern="gpt2", special_tokens={"<|endoftext|>": 5000})
+    ref = reference_for(tok, rule="tiktoken")
+    for s in random_texts(seed=9, n=N_CASES):
+        assert tok.encode(s) == ref.encode(s), repr(s)
+
+
+def test_rule_matters():
+    """Merge order differs from id order: the two rules give different ids, each as the
+    reference says."""
+    vocab = {i: bytes([i]) for i in range(256)}
+    ab, bc = 256, 257
+    vocab[ab], vocab[bc] = b"ab", b"bc"
+    merges = [(b"b", b"c"), (b"a", b"b")]           # bc merges first
+    by_merges = Tokenizer(vocab, merges, pattern="gpt2")
+    assert by_merges.encode("abc") == [ord("a"), bc]
+    import tempfile, os
+    from bpe_cffi import formats
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "v.tiktoken")
+        formats.write_tiktoken(vocab, p)
+        by_rank = Tokenizer.from_tiktoken(p, pattern="gpt2")
+    assert by_rank.encode("abc") == [ab, ord("c")]   # the lower-ranked token ab first
+    assert reference_for(by_merges).encode("abc") == [ord("a"), bc]
+    assert reference_for(by_rank, rule="tiktoken").encode("abc") == [ab, ord("c")]
+
+
+def test_ignore_merges():
+    """A piece that is itself a token is emitted whole even when no merge builds it."""
+    vocab = {i: bytes([i]) for i in range(256)}
+    vocab[256] = b"xyz"
+    tok = Tokenizer(vocab, [], pattern="gpt2")
+    assert tok.encode("xyz") == [256]
+    assert tok.encode(" xyz") == [ord(" "), ord("x"), ord("y"), ord("z")]
+    plain = Tokenizer(vocab, [], pattern="gpt2", ignore_merges=False)
+    assert plain.encode("xyz") == [ord("x"), ord("y"), ord("z")]
+
+
+def test_special_tokens_ids_and_longest_match(trained):
+    vocab, merges = trained
+    vocab = dict(vocab)
+    vocab[len(vocab)] = b"<|pad|>"                 # already in the vocab: keeps its id
+    pad_id = len(vocab) - 1
+    tok = Tokenizer(vocab, merges, SPECIALS)
+    sp = tok.special_tokens
+    assert sp["<|pad|>"] == pad_id
+    assert sorted(sp.values()) == sorted(set(sp.values()))
+    assert min(i for s, i in sp.items() if s != "<|pad|>") == len(vocab)
+    assert tok.n_vocab == max(sp.values()) + 1
+    assert tok.encode("<s><s><s>") == [sp["<s><s>"], sp["<s>"]]
+    assert tok.encode("<s><s><s>", allowed_special={"<s>"}) == [sp["<s>"]] * 3
+    assert tok.encode("<|pad|>x<|endoftext|>")[0] == pad_id
+    assert tok.decode(tok.encode("a<s><s>b<|pad|>")) == "a<s><s>b<|pad|>"
+    ref = reference_for(tok)
+    assert tok.encode_ordinary("<|pad|>") == ref.encode_ordinary("<|pad|>")
+    assert tok.decode_single_token_bytes(sp["<s>"]) == b"<s>"
+
+
+def test_allowed_disallowed_arguments(trained):
+    vocab, merges = trained
+    tok = Tokenizer(vocab, merges, SPECIALS)
+    with pytest.raises(ValueError, match="nope"):
+        tok.encode("x", allowed_special={"nope"})
+    with pytest.raises(ValueError, match="nope"):
+        tok.encode("x", disallowed_special={"nope"})
+    with pytest.raises(ValueError, match="<s>"):
+        tok.encode("a <s> b", allowed_special={"<|pad|>"}, disallowed_special="all")
+    with pytest.raises(ValueError):
+        tok.encode("x", allowed_special="some")
+    with pytest.raises(TypeError):
+        tok.encode("x", allowed_special=5)
+
+
+@pytest.mark.parametrize("bad", [None, b"bytes", 5, ["list"], bytearray(b"x")])
+def test_encode_rejects_non_str(bad):
+    tok = ours("gpt2")
+    with pytest.raises(TypeError):
+        tok.encode(bad)
+    with pytest.raises(TypeError):
+        tok.encode_ordinary(bad)
+
+
+def test_lone_surrogates_like_tiktoken():
+    from pyapi_helpers import reference
+    tok, enc = ours("cl100k_base"), reference("cl100k_base")
+    for s in ["\ud800", "a\udfffb", "\ud83d\ude00", "x\ud800\udc00y", "\udc00\ud800"]:
+        assert tok.encode(s) == enc.encode(s), repr(s)
+        assert tok.encode_ordinary(s) == enc.encode_ordinary(s), repr(s)
+
+
+def test_decode_errors_and_replacement():
+    tok = ours("gpt2")
+    ids = tok.encode("héllo")
+    assert tok.decode(ids) == "héllo"
+    with pytest.raises(ValueError, match="999999"):
+        tok.decode([1, 2, 999999])
+    with pytest.raises(ValueError, match="-1"):
+        tok.decode([1, -1])
+    with pytest.raises(ValueError):
+        tok.decode([2 ** 40])
+    with pytest.raises(TypeError):
+        tok.decode([1, "2"])
+    with pytest.raises(TypeError):
+        tok.decode([1.5])
+    with pytest.raises(TypeError):
+        tok.decode_single_token_bytes("1")
+    with pytest.raises(ValueError):
+        tok.decode_single_token_bytes(10 ** 9)
+    e_acute = tok.encode("é")
+    assert len(e_acute) == 1
+    # a token that is half of a UTF-8 sequence decodes to U+FFFD
+    ch = next(c for c in "\u9f98\U0001f916\U0001d400\u4e2d" if len(tok.encode_ordinary(c)) > 1)
+    half = tok.encode_ordinary(ch)              # several tokens, the first one a partial char
+    assert tok.decode(half[:1]) == "\ufffd"
+    assert tok.decode_bytes(half) == ch.encode()
+    assert tok.decode([]) == ""
+    import numpy
+    assert tok.decode(numpy.array(ids, dtype=numpy.uint32)) == "héllo"
+    assert tok.decode(numpy.array(ids, dtype=numpy.int64)) == "héllo"
+
+
+def test_concurrent_threads():
+    from pyapi_helpers import corpus_slice, reference
+    tok, enc = ours("cl100k_base"), reference("cl100k_base")
+    texts = [corpus_slice(c, 30_000) for c in ("en_books", "multilingual", "code", "web")]
+    expected = [enc.encode_ordinary(t) for t in texts]
+    failures = []
+
+    def worker(k):
+        for r in range(4):
+            i = (k + r) % len(texts)
+            if tok.encode_ordinary(texts[i]) != expected[i]:
+                failures.append((k, i))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+
+
+@pytest.mark.parametrize("vocab", ["gpt2", "o200k_base"])
+def test_encode_batch_equals_encode(vocab):
+    from pyapi_helpers import corpus_slice
+    tok = ours(vocab)
+    docs = corpus_slice("web", 200_000).split("\n")
+    docs += random_texts(seed=3, n=200) + ["", "<|endoftext|>", "x<|endoftext|>y"]
+    expected = [tok.encode(d) for d in docs]
+    assert tok.encode_batch(docs) == expected
+    assert tok.encode_batch(docs, num_threads=2) == expected
+    assert tok.encode_batch(docs, num_threads=1) == expected
+    assert tok.encode_batch([]) == []
+    assert tok.encode_batch(docs[:5], allowed_special=set()) == \
+        [tok.encode(d, allowed_special=set()) for d in docs[:5]]
+    with pytest.raises(TypeError):
+        tok.encode_batch("not a list")
+    with pytest.raises(TypeError):
+        tok.encode_batch(["ok", 5])
+
+
+def test_encode_batch_custom_pattern(trained):
+    vocab, merges = trained
+    tok = Tokenizer(vocab, merges, SPECIALS, pattern=CUSTOM_REGEX)
+    docs = random_texts(seed=4, n=50)
+    assert tok.encode_batch(docs) == [tok.encode(d) for d in docs]
+
+
+@pytest.mark.parametrize("vocab,dtype", [("gpt2", None), ("gpt2", "uint32"),
+                                         ("o200k_base", None)])
+def test_encode_file_matches_encode(tmp_path, vocab, dtype):
+    numpy = pytest.importorskip("numpy")
+    from pyapi_helpers import corpus_slice
+    tok = ours(vocab)
+    text = corpus_slice("multilingual", 300_000) + "<|endoftext|>" + corpus_slice("code", 200_000)
+    src = tmp_path / "in.txt"
+    src.write_bytes(text.encode("utf-8"))
+    out = tmp_path / "out.bin"
+    n = tok.encode_file(src, out, dtype=dtype, progress=False, num_threads=2)
+    want_dtype = numpy.dtype(dtype or ("uint16" if tok.n_vocab <= 65536 else "uint32"))
+    got = numpy.fromfile(out, dtype=want_dtype.newbyteorder("<")).tolist()
+    expected = tok.encode(text)
+    assert n == len(expected)
+    assert got == expected
+
+
+def test_encode_file_errors(tmp_path):
+    tok = ours("o200k_base")
+    src = tmp_path / "in.txt"
+    src.write_text("hello")
+    with pytest.raises(FileNotFoundError, match="missing.txt"):
+        tok.encode_file(tmp_path / "missing.txt", tmp_path / "o.bin", progress=False)
+    with pytest.raises(ValueError, match="uint16"):
+        tok.encode_file(src, tmp_path / "o.bin", dtype="uint16", progress=False)
+    with pytest.raises(ValueError):
+        tok.encode_file(src, tmp_path / "o.bin", dtype="float32", progress=False)
+    with pytest.raises(OSError):
+        tok.encode_file(src, tmp_path / "no" / "such" / "dir.bin", progress=False)
+
+
+def test_encode_file_invalid_utf8(tmp_path):
+    numpy = pytest.importorskip("numpy")
+    tok = ours("gpt2")
+    raw = b"ok \xff\xfe bad \xc3 end\n" * 100
+    src = tmp_path / "in.txt"
+    src.write_bytes(raw)
+    out = tmp_path / "o.bin"
+    tok.encode_file(src, out, progress=False)
+    got = numpy.fromfile(out, dtype="<u2").tolist()
+    assert got == tok.encode(raw.decode("utf-8", errors="replace"))
+
+
+def test_close_and_context_manager(trained):
+    vocab, merges = trained
+    with Tokenizer(vocab, merges) as tok:
+        assert tok.encode("the cat") == tok.encode("the cat")
+        assert "Tokenizer(" in repr(tok)
+    with pytest.raises(ValueError, match="closed"):
+        tok.encode("x")
+    tok.close()          # twice is fine
+    assert "closed" in repr(tok)
+
+
+def test_n_vocab_matches_c(trained):
+    from bpe_cffi._native import lib
+    for tok in (ours("gpt2"), ours("cl100k_base"), Tokenizer(*trained, SPECIALS)):
+        assert tok.n_vocab == lib.bpe_tokenizer_id_limit(tok._ptr)
+
+
+def test_constructor_rejects_bad_vocab_and_merges():
+    base = {i: bytes([i]) for i in range(256)}
+    with pytest.raises(ValueError, match="same bytes"):
+        Tokenizer({**base, 300: b"a"}, [])
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        Tokenizer(base, [(b"a", b"b")])                    # result ab missing
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        Tokenizer({**base, 256: b"abc"}, [(b"ab", b"c")])  # part ab missing
+    with pytest.raises(TypeError):
+        Tokenizer({0: "a"}, [])
+    with pytest.raises(ValueError, match="empty"):
+        Tokenizer({0: b""}, [])
+    with pytest.raises(ValueError):
+        Tokenizer(base, [], pattern="(unclosed")
+    with pytest.raises(ValueError, match="empty"):
+        Tokenizer(base, [], [""])
