@@ -125,7 +125,7 @@ def test_encode_offsets_random_text_against_hf():
     hf = hf_gpt2()
     alphabet = st.characters(blacklist_categories=("Cs",))
 
-    @hypothesis.settings(max_examples=1000 if LONG else 150, deadline=None)
+    @hypothesis.settings(max_examples=1000 if LONG else 100, deadline=None)
     @hypothesis.given(st.text(alphabet=alphabet, max_size=60))
     def check(text):
         ids, offsets = encode_with_offsets(tok, text)
