@@ -55,14 +55,25 @@ def bytes_to_token_str(data: bytes) -> str:
     return "".join(table[b] for b in data)
 
 
+@lru_cache(maxsize=None)
+def _decode_table() -> dict:
+    """str.translate table: alphabet character -> the byte's code point; any other code
+    point below 256 -> U+FFFF (so the latin-1 encode that follows fails)."""
+    table = {i: 0xFFFF for i in range(256)}
+    for b, c in enumerate(byte_to_unicode()):
+        table[ord(c)] = b
+    return table
+
+
 def token_str_to_bytes(s: str, where: str) -> bytes:
     """The bytes a byte-level token string stands for; ValueError naming `where` if a
     character is outside the alphabet."""
-    dec = unicode_to_byte()
     try:
-        return bytes(dec[c] for c in s)
-    except KeyError as exc:
-        raise ValueError(f"{where}: token {s!r} has the character {exc.args[0]!r}, which is "
+        return s.translate(_decode_table()).encode("latin-1")
+    except UnicodeEncodeError:
+        dec = unicode_to_byte()
+        bad = next(c for c in s if c not in dec)
+        raise ValueError(f"{where}: token {s!r} has the character {bad!r}, which is "
                          f"not in GPT-2's byte-level alphabet") from None
 
 
@@ -130,7 +141,7 @@ def vocab_from_token_strings(mapping, path, text=None) -> dict:
     """{token string: id} (byte-level alphabet) -> {id: bytes}, checked.  `text` (the file's
     text) is used to give the line of a bad entry."""
     path = os.fspath(path)
-    if isinstance(mapping, list):  # pairs, from _load_json_pairs: duplicates still visible
+    if isinstance(mapping, _Pairs):  # a JSON object as its pairs: duplicates still visible
         pairs = mapping
     elif isinstance(mapping, dict):
         pairs = list(mapping.items())
@@ -179,6 +190,7 @@ def read_gpt2_merges(path, with_lines: bool = False):
     path = os.fspath(path)
     merges = []
     lines = []
+    cache = {}
     for lineno, line in enumerate(_read_text(path).split("\n"), 1):
         line = line.rstrip("\r")
         if lineno == 1 and line.startswith("#version"):
@@ -189,8 +201,12 @@ def read_gpt2_merges(path, with_lines: bool = False):
         if len(parts) != 2 or not parts[0] or not parts[1]:
             raise ValueError(f"{path}:{lineno}: a merge line must be two tokens separated by "
                              f"one space, found {line!r}")
-        merges.append((token_str_to_bytes(parts[0], f"{path}:{lineno}"),
-                       token_str_to_bytes(parts[1], f"{path}:{lineno}")))
+        a, b = parts
+        if a not in cache:
+            cache[a] = token_str_to_bytes(a, f"{path}:{lineno}")
+        if b not in cache:
+            cache[b] = token_str_to_bytes(b, f"{path}:{lineno}")
+        merges.append((cache[a], cache[b]))
         lines.append(lineno)
     return (merges, lines) if with_lines else merges
 
@@ -200,6 +216,12 @@ def check_merges(vocab: dict, merges, where: str = "merges",
     """[(left bytes, right bytes)] -> [(left id, right id)], checking that both parts and
     their concatenation are tokens.  `line_of(i)` gives the file line of merge i, if any."""
     ids = {b: i for i, b in vocab.items()}
+    try:                                   # fast path: all well formed
+        out = [(ids[a], ids[b]) for a, b in merges]
+        if all(a + b in ids for a, b in merges):
+            return out
+    except (KeyError, TypeError, ValueError):
+        pass
     out = []
     for k, pair in enumerate(merges):
         loc = line_of(k)
@@ -237,37 +259,53 @@ def read_tiktoken(path) -> dict:
     with open(path, "rb") as f:
         raw = f.read()
     vocab = {}
-    seen = {}
+    a2b = binascii.a2b_base64
+    try:
+        a2b(b"QQ==", strict_mode=True)
+        strict = {"strict_mode": True}
+    except TypeError:             # Python < 3.11
+        strict = {}
+    limit = 2 ** 32 - 1
     for lineno, line in enumerate(raw.split(b"\n"), 1):
-        line = line.rstrip(b"\r")
-        if not line.strip():
-            continue
         parts = line.split()
         if len(parts) != 2:
+            if not parts:
+                continue
             what = "a rank is missing" if len(parts) == 1 else f"{len(parts)} fields"
             raise ValueError(f"{path}:{lineno}: expected 'base64-token rank', {what}")
+        b64, r = parts
         try:
-            tok = base64.b64decode(parts[0], validate=True)
+            tok = a2b(b64, **strict)
         except (binascii.Error, ValueError):
-            raise ValueError(f"{path}:{lineno}: bad base64 {parts[0][:40]!r}") from None
-        try:
-            rank = int(parts[1])
-        except ValueError:
-            raise ValueError(f"{path}:{lineno}: rank {parts[1][:40]!r} is not an "
-                             f"integer") from None
-        rank = _check_id(rank, f"{path}:{lineno}")
+            tok = None
         if not tok:
-            raise ValueError(f"{path}:{lineno}: empty token")
-        if rank in vocab:
-            raise ValueError(f"{path}:{lineno}: duplicate rank {rank}")
-        if tok in seen:
-            raise ValueError(f"{path}:{lineno}: duplicate token {tok!r} (ranks {seen[tok]} "
-                             f"and {rank})")
+            raise ValueError(f"{path}:{lineno}: bad base64 {b64[:40]!r}")
+        if not r.isdigit():
+            raise ValueError(f"{path}:{lineno}: rank {r[:40]!r} is not a non-negative integer")
+        rank = int(r)
+        if rank >= limit or rank in vocab:
+            raise ValueError(f"{path}:{lineno}: " + (f"duplicate rank {rank}" if rank in vocab
+                                                     else f"rank {rank} is out of range"))
         vocab[rank] = tok
-        seen[tok] = rank
     if not vocab:
         raise ValueError(f"{path}:1: no tokens in the file")
+    if len(set(vocab.values())) != len(vocab):
+        seen = {}
+        for rank, tok in vocab.items():       # insertion order = line order
+            if tok in seen:
+                line = _tiktoken_line_of(raw, rank)
+                raise ValueError(f"{path}:{line}: duplicate token {tok!r} (ranks {seen[tok]} "
+                                 f"and {rank})")
+            seen[tok] = rank
     return vocab
+
+
+def _tiktoken_line_of(raw: bytes, rank: int) -> int:
+    for lineno, line in enumerate(raw.split(b"\n"), 1):
+        parts = line.split()
+        if len(parts) == 2 and parts[1] == str(rank).encode():
+            return lineno
+    return 0
 
 
 def write_tiktoken(vocab: dict, path) -> None:

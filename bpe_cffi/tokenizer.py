@@ -126,9 +126,13 @@ class Tokenizer:
         """GPT-2 style vocab.json + merges.txt (byte-to-unicode alphabet)."""
         vocab = formats.read_gpt2_vocab(vocab_filepath)
         merges, lines = formats.read_gpt2_merges(merges_filepath, with_lines=True)
-        formats.check_merges(vocab, merges, os.fspath(merges_filepath),
-                             line_of=lambda k: lines[k])
-        return cls(vocab, merges, special_tokens, pattern=pattern, **kw)
+        try:
+            return cls(vocab, merges, special_tokens, pattern=pattern, **kw)
+        except ValueError as exc:
+            if str(exc).startswith("merges:"):     # say which line of the file is wrong
+                formats.check_merges(vocab, merges, os.fspath(merges_filepath),
+                                     line_of=lambda k: lines[k])
+            raise
 
     @classmethod
     def from_tiktoken(cls, path, *, pattern: str = None, special_tokens=None,
@@ -414,7 +418,7 @@ class Tokenizer:
         try:
             if rc:
                 self._raise_encode(rc, info[0])
-            return ffi.unpack(out.ids, out.len)
+            return ffi.unpack(out.ids, out.len) if out.len else []
         finally:
             lib.bpe_ids_free(out)
 
@@ -428,7 +432,7 @@ class Tokenizer:
         try:
             if rc:
                 self._raise_encode(rc, 0)
-            return ffi.unpack(out.ids, out.len)
+            return ffi.unpack(out.ids, out.len) if out.len else []
         finally:
             lib.bpe_ids_free(out)
 
@@ -509,7 +513,7 @@ class Tokenizer:
                                     disallowed_special=disallowed_special)
                 self._raise_encode(rc, info[0], "encode_batch")
             unpack = ffi.unpack
-            return [unpack(o.ids, o.len) for o in outs]
+            return [unpack(o.ids, o.len) if o.len else [] for o in outs]
         finally:
             for k in range(n):
                 lib.bpe_ids_free(outs + k)
@@ -629,7 +633,8 @@ class Tokenizer:
         try:
             if rc:
                 self._raise_encode(rc, 0)
-            out.extend(ffi.unpack(res.ids, res.len))
+            if res.len:
+                out.extend(ffi.unpack(res.ids, res.len))
         finally:
             lib.bpe_ids_free(res)
 
@@ -748,7 +753,7 @@ class Tokenizer:
                 raise ValueError(f"unknown token id {ids[k]} at position {k} (n_vocab is "
                                  f"{self._n_vocab})")
             raise_for(rc, "decode")
-            return ffi.unpack(ffi.cast("char *", out.data), out.len)
+            return ffi.unpack(ffi.cast("char *", out.data), out.len) if out.len else b""
         finally:
             lib.bpe_bytes_free(out)
 
@@ -846,6 +851,9 @@ def load(path, *, pattern: str = None, special_tokens=None, **kw) -> Tokenizer:
         formats.check_merges(vocab, parts["merges"], p)
         return Tokenizer._from_parts(formats.RULE_MERGES, vocab, parts["merges"], special,
                                      parts["pattern"], **kw)
+    if not isinstance(doc, dict) or not all(type(i) is int for i in doc.values()):
+        raise ValueError(f"{p}: neither a tokenizer.json (no \"model\" object) nor a GPT-2 "
+                         f"vocab.json (an object of token: id)")
     # a GPT-2 vocab.json: find merges.txt beside it
     d, base = os.path.split(p)
     candidates = []

@@ -182,6 +182,62 @@ size_t bpe_pretok_safe_cut(int pattern, const uint8_t *text, size_t len);
 /* ---- trainer (filled in by the trainer issue) ----------------------------------------- */
 
 /* TRAINER-API-BEGIN */
+
+/* A BPE trainer: count pre-tokens (from files, or given by the caller), then learn merges.
+ * Semantics (documented in full in bpe_cffi/train.py): the text is split on the special
+ * tokens, each segment is pre-tokenized, pre-tokens are counted as UTF-8 bytes; each step
+ * merges the pair with the highest count (every adjacent position counts), ties going to the
+ * greatest (left bytes, right bytes); occurrences merge left to right without overlap.  The
+ * result is the same for every n_threads and block_size. */
+typedef struct bpe_trainer bpe_trainer;
+
+typedef struct bpe_trainer_config {
+    int pattern;                   /* BPE_PATTERN_*; EXTERNAL: words come only from
+                                      bpe_trainer_add_words */
+    size_t vocab_size;             /* ids wanted in all: 256 bytes + merges + specials */
+    uint64_t min_frequency;        /* stop when the best count is below it; 0: no minimum */
+    int n_threads;                 /* worker threads; 0: one per core */
+    size_t block_size;             /* bytes read per block; 0: 4 MiB (tests use tiny ones) */
+    size_t parallel_words;         /* a merge touching at least this many words per thread
+                                      runs on threads; 0: 2048 (tests use 1) */
+    size_t n_special;              /* special tokens: never merged across, not learned */
+    const uint8_t *special_bytes;
+    const size_t *special_offsets; /* n_special + 1 */
+} bpe_trainer_config;
+
+/* Makes a trainer.  BPE_ERR_ARG if vocab_size < 256 + n_special, an unknown pattern, or an
+ * empty special token.  *out is NULL on error; free it with bpe_trainer_free. */
+int bpe_trainer_new(const bpe_trainer_config *config, bpe_trainer **out);
+
+/* Frees the trainer; NULL is fine. */
+void bpe_trainer_free(bpe_trainer *trainer);
+
+/* Reads and counts a whole file (built-in patterns only; BPE_ERR_ARG for EXTERNAL) on the
+ * trainer's threads.  Bytes that are not UTF-8 are replaced by U+FFFD as Python's
+ * errors="replace" does; a file is its own text (no pre-token spans two files).  Adds the
+ * bytes read to progress->done (progress may be NULL; total is set to the file size if 0).
+ * BPE_ERR_IO with errno set when the file cannot be opened or read; BPE_ERR_CANCELLED. */
+int bpe_trainer_count_file(bpe_trainer *trainer, const char *path, bpe_progress *progress);
+
+/* Adds n pre-tokens counted by the caller: word i is bytes[offsets[i] .. offsets[i+1])
+ * (non-empty) and occurs counts[i] times.  Words may repeat; counts add up. */
+int bpe_trainer_add_words(bpe_trainer *trainer, const uint8_t *bytes, const size_t *offsets,
+                          const uint64_t *counts, size_t n);
+
+/* Learns the merges (once; later calls are BPE_ERR_ARG).  Sets progress->phase to
+ * BPE_PHASE_MERGE, done = merges made, total = merges wanted.  BPE_ERR_CANCELLED. */
+int bpe_trainer_merge(bpe_trainer *trainer, bpe_progress *progress);
+
+/* Number of distinct pre-tokens counted so far. */
+size_t bpe_trainer_n_words(const bpe_trainer *trainer);
+
+/* The result after bpe_trainer_merge: the ordinary tokens (id 0..n-1) as their bytes back to
+ * back in *token_bytes with n + 1 offsets in *token_offsets (uint32), and 3 ids per merge
+ * (left, right, result) in *merges, all appended to the caller's buffers.  The special
+ * tokens follow the ordinary ones (ids n .. n + n_special - 1) and are not listed. */
+int bpe_trainer_result(const bpe_trainer *trainer, bpe_bytes *token_bytes,
+                       bpe_ids *token_offsets, bpe_ids *merges);
+
 /* TRAINER-API-END */
 
 /* CDEF-END */

@@ -28,6 +28,13 @@
  *     (the characters after it are Lu/Lt, not in W).  Only if the run has no W character
  *     does the second alternative [U]+[W]* apply, and it matches exactly the run.
  *
+ * Performance: one call per piece, no allocation, no state.  Pieces average ~4-8 bytes, so
+ * the cost is dominated by the branch that picks the alternative and by the mispredicted exit
+ * of the run loop; the common "word" / " word" pieces of ASCII text therefore take a fast path
+ * that finds the end of the ASCII letters 8 bytes at a time (SWAR, below).  Other characters
+ * go through bpe_uc_latin1 (a 256-entry class table) or the two-stage table for the rest.
+ * Measured with benchmarks/bench_pretok.py: ~20-50x regex.findall on the same text.
+ *
  * Invariants: positions never exceed len; a scanner never returns pos (every piece is
  * non-empty); every loop advances by at least one byte, so a segment is split in O(len).
  * A malformed or truncated sequence (the caller promises valid UTF-8, but we never read out of

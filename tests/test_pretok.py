@@ -7,6 +7,7 @@ import random
 
 import pytest
 import regex
+from hypothesis import given, settings, strategies as st
 
 from bpe_cffi._native import ffi, lib
 from bpe_cffi.patterns import CL100K, GPT2, O200K
@@ -88,6 +89,14 @@ def test_random_mixed_classes(name):
         check(name, random_text(rng, rng.randint(1, 14)))
 
 
+@settings(max_examples=5000 if LONG else 300, deadline=None)
+@given(st.lists(st.sampled_from(ALPHABET + WORDS), max_size=12) | st.text(max_size=20))
+def test_hypothesis_texts(parts):
+    text = "".join(parts)
+    for name in NAMES:
+        check(name, text)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_random_long_texts(name):
     rng = random.Random(99 + NAMES.index(name))
@@ -136,13 +145,12 @@ def test_corpora(name, corpus):
 @pytest.mark.parametrize("name", NAMES)
 def test_repetitive_inputs(name):
     """Catastrophic repetition stays correct (and linear: these are MBs, scanned once)."""
-    mb = 10 if LONG else 1
+    n = (10 << 20) if LONG else (256 << 10)
     rng = random.Random(5)
     letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-    texts = ["x" * (mb << 20), " " * (mb << 20), "^" * (mb << 20), "\n" * (mb << 20),
-             "".join(rng.choice(letters) for _ in range(mb << 20)),
-             "\U0001F600" * (mb << 18), "1" * (mb << 20), " \t" * (mb << 19),
-             "\u0301" * (mb << 19), "A" * (mb << 20), "'s" * (mb << 19)]
+    texts = ["x" * n, " " * n, "^" * n, "\n" * n, "".join(rng.choice(letters) for _ in range(n)),
+             "\U0001F600" * (n // 4), "1" * n, " \t" * (n // 2), "\u0301" * (n // 2), "A" * n,
+             "'s" * (n // 2), "A\u02b0" * (n // 3), " \n" * (n // 2), "\u3000" * (n // 3)]
     for t in texts:
         check(name, t)
 
@@ -202,10 +210,10 @@ def continuations(rng: random.Random) -> list:
 def test_safe_cut_random_texts(name):
     rng = random.Random(77 + NAMES.index(name))
     found = 0
-    for _ in range(200_000 if LONG else 3_000):
+    for _ in range(200_000 if LONG else 1_500):
         data = random_text(rng, rng.randint(1, 16)).encode("utf-8")
         found += check_cut(name, data, continuations(rng)) > 0
-    assert found > 100  # the rule is not vacuous on mixed text
+    assert found > 50  # the rule is not vacuous on mixed text
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -250,3 +258,19 @@ def test_safe_cut_is_cheap_backwards_on_long_text():
     data = ("word " * 200_000).encode()
     for pid in (1, 2, 3):
         assert lib.bpe_pretok_safe_cut(pid, data, len(data)) == len(data) - 1
+
+
+def test_invalid_utf8_never_crashes():
+    """The contract asks for valid UTF-8, but bad bytes must not crash or hang the scanner:
+    pieces stay non-empty, in order, and tile the input."""
+    rng = random.Random(11)
+    pool = [0x00, 0x20, 0x27, 0x41, 0x61, 0x0A, 0x0D, 0x80, 0xBF, 0xC2, 0xCC, 0xE0, 0xED, 0xF0,
+            0xF4, 0xFF]
+    for _ in range(3000):
+        data = bytes(rng.choice(pool) if rng.random() < 0.7 else rng.randrange(256)
+                     for _ in range(rng.randint(1, 30)))
+        for pid in (1, 2, 3):
+            ends = c_ends(pid, data)
+            assert ends and ends[-1] == len(data)
+            assert all(a < b for a, b in zip([0] + ends, ends))
+            assert 0 <= lib.bpe_pretok_safe_cut(pid, data, len(data)) <= len(data)

@@ -1,0 +1,213 @@
+"""Daemon throughput and latency against in-process encode_batch, in one run.
+
+    python benchmarks/bench_daemon.py [--docs 4000] [--clients 1,4,16] [--workers N]
+
+Starts a real daemon process on a free loopback port, then for 1, 4 and 16 client processes
+(each a bpe_cffi.daemon.Client pipelining `--window` requests of one 4 KB document each)
+measures documents/s and MB/s, and per-request round-trip latency (p50/p99) with the same
+number of clients sending one request at a time.  The baseline is Tokenizer.encode_batch of
+the same documents in this process (all cores).  Also: p50/p99 of a single small request at
+light load (one client, one request at a time), and 16 clients sending 16 documents per
+request (encode_batch over the wire).  Every daemon reply of the throughput runs is checked
+against the in-process ids.  Numbers on a shared machine are noisy: read the RATIOS.
+"""
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
+
+
+def find_shared():
+    for parent in REPO.parents:
+        if (parent / "shared" / "vocab").is_dir():
+            return parent / "shared"
+    return REPO.parent / "shared"
+
+
+def make_docs(n, size, seed=0):
+    import lzma
+    import random
+    rng = random.Random(seed)
+    corpora = find_shared() / "corpora"
+    pool = []
+    for name in ("en_books", "multilingual", "code", "web"):
+        p = corpora / f"{name}.txt.xz"
+        if p.exists():
+            with lzma.open(p, "rb") as f:
+                pool.append(f.read(2_000_000))
+    if not pool:
+        pool = [("Hello wörld, the quick brown fox 12345 漢字 🎉\n" * 50000).encode()]
+    docs = []
+    for _ in range(n):
+        src = rng.choice(pool)
+        a = rng.randrange(0, len(src) - size)
+        docs.append(src[a:a + size].decode("utf-8", "ignore"))
+    return docs
+
+
+def loader(name):
+    if name == "bpe_cffi:load":
+        import bpe_cffi
+        return bpe_cffi.load
+    sys.path.insert(0, str(TESTS))
+    import test_daemon_support
+    return test_daemon_support.load
+
+
+def start_daemon(loader_spec, path, workers):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS)] + [
+        p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    args = [sys.executable, "-m", "bpe_cffi.daemon", "--loader", loader_spec, "--tokenizer",
+            f"t={path}", "--bind", "tcp://127.0.0.1:0"]
+    if workers:
+        args += ["--workers", str(workers)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, env=env, cwd=str(REPO))
+    line = proc.stdout.readline().decode().strip()
+    if not line:
+        proc.kill()
+        raise SystemExit("the daemon did not start")
+    return proc, line
+
+
+# ---- client processes ------------------------------------------------------------------------
+
+def client_proc(idx, endpoint, docs, mode, window, batch, start, out):
+    from bpe_cffi.daemon import Client
+    with Client(endpoint, timeout=60, retries=0) as c:
+        for d in docs[:5]:
+            c.encode(d)                               # connected and warm
+        start.wait()
+        t0 = time.perf_counter()
+        lat = []
+        result = []
+        if mode == "throughput":
+            if batch > 1:
+                for i in range(0, len(docs), batch):
+                    result += c.encode_batch(docs[i:i + batch])
+            else:
+                result = list(c.stream(docs, window=window))
+        else:
+            for d in docs:
+                t = time.perf_counter()
+                c.encode(d)
+                lat.append(time.perf_counter() - t)
+        t1 = time.perf_counter()
+    out.put((idx, t0, t1, lat, result))
+
+
+def run_clients(endpoint, docs, n_clients, mode, window=8, batch=1):
+    ctx = mp.get_context("spawn")
+    start = ctx.Event()
+    out = ctx.Queue()
+    share = [docs[i::n_clients] for i in range(n_clients)]
+    procs = [ctx.Process(target=client_proc, args=(i, endpoint, share[i], mode, window, batch,
+                                                  start, out)) for i in range(n_clients)]
+    for p in procs:
+        p.start()
+    time.sleep(0.5 + 0.1 * n_clients)                  # let them connect and warm up
+    start.set()
+    results = sorted((out.get(timeout=600) for _ in procs), key=lambda r: r[0])
+    results = [r[1:] for r in results]
+    for p in procs:
+        p.join(60)
+    t0 = min(r[0] for r in results)
+    t1 = max(r[1] for r in results)
+    lat = sorted(x for r in results for x in r[2])
+    return t1 - t0, lat, [r[3] for r in results], share
+
+
+def pct(lat, p):
+    if not lat:
+        return float("nan")
+    return lat[min(len(lat) - 1, int(p / 100 * len(lat)))] * 1000
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--vocab", default=None, help="tokenizer file (default cl100k_base)")
+    ap.add_argument("--docs", type=int, default=4000)
+    ap.add_argument("--doc-bytes", type=int, default=4096)
+    ap.add_argument("--clients", default="1,4,16")
+    ap.add_argument("--window", type=int, default=8)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--latency-requests", type=int, default=1000)
+    ap.add_argument("--loader", default=None)
+    args = ap.parse_args()
+
+    vocab = args.vocab or str(find_shared() / "vocab" / "cl100k_base.tiktoken")
+    spec = args.loader
+    if spec is None:
+        import bpe_cffi
+        spec = "bpe_cffi:load" if hasattr(bpe_cffi, "load") else "test_daemon_support:load"
+    tok = loader(spec)(vocab)
+    docs = make_docs(args.docs, args.doc_bytes)
+    mb = sum(len(d.encode()) for d in docs) / 1e6
+    print(f"# tokenizer {Path(vocab).name} via {spec}; {len(docs)} docs, {mb:.1f} MB; "
+          f"cores {len(os.sched_getaffinity(0))}; load {os.getloadavg()[0]:.1f}")
+
+    batch_fn, label = tok.encode_batch, "encode_batch"
+    try:
+        batch_fn(docs[:200])
+    except Exception as exc:          # an unfinished build: threads calling encode instead
+        from concurrent.futures import ThreadPoolExecutor
+        pool = ThreadPoolExecutor(len(os.sched_getaffinity(0)))
+        batch_fn, label = (lambda ds: list(pool.map(tok.encode, ds, chunksize=64))), \
+            f"threads x encode (encode_batch failed: {exc})"
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        expect = batch_fn(docs)
+        best = min(best, time.perf_counter() - t)
+    base = len(docs) / best
+    print(f"in-process {label}: {base:,.0f} docs/s  {mb / best:.1f} MB/s")
+
+    proc, endpoint = start_daemon(spec, vocab, args.workers)
+    expect_of = {d: e for d, e in zip(docs, expect)}
+    rows = []
+    try:
+        from bpe_cffi.daemon import Client
+        with Client(endpoint) as c:
+            c.encode("warm up")
+            lat = []
+            for _ in range(args.latency_requests):
+                t = time.perf_counter()
+                c.encode("hello world")
+                lat.append(time.perf_counter() - t)
+            lat.sort()
+        print(f"single small request, light load: p50 {pct(lat, 50):.3f} ms  "
+              f"p99 {pct(lat, 99):.3f} ms")
+        for n in [int(x) for x in args.clients.split(",")]:
+            for batch in ([1, 16] if n == max(int(x) for x in args.clients.split(",")) else [1]):
+                dt, _, results, shares = run_clients(endpoint, docs, n, "throughput",
+                                                     window=args.window, batch=batch)
+                bad = sum(1 for share, res in zip(shares, results)
+                          for d, ids in zip(share, res) if ids != expect_of[d])
+                missing = len(docs) - sum(len(r) for r in results)
+                lat_docs = docs[:max(n * 20, min(len(docs), args.latency_requests))]
+                _, lat, _, _ = run_clients(endpoint, lat_docs, n, "latency")
+                rate = len(docs) / dt
+                rows.append((n, batch, rate, mb / dt, rate / base, pct(lat, 50), pct(lat, 99),
+                             bad + missing))
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+    print()
+    print("| clients | docs/request | docs/s | MB/s | vs in-process encode_batch | "
+          "p50 ms (1 in flight) | p99 ms | wrong |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, batch, rate, mbs, ratio, p50, p99, bad in rows:
+        print(f"| {n} | {batch} | {rate:,.0f} | {mbs:.1f} | {ratio:.0%} | {p50:.2f} | "
+              f"{p99:.2f} | {bad} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+/*
+ * train.c - the bpe_trainer object: its configuration, the caller-counted words
+ * (bpe_trainer_add_words, for patterns run in Python), and the result accessors.
+ *
+ * Lifecycle: new -> any number of count_file / add_words (they only add to one word table,
+ * trainer->words) -> merge (once; it fills tok_* and merges) -> result -> free.
+ * Invariants: words holds every pre-token counted so far with its total count; after merge,
+ * tokens 0..255 are the single bytes and tokens 256.. are the learned ones, all with distinct
+ * bytes, and merges[3i..3i+2] = (left, right, result) of merge i.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "train.h"
+
+#define DEFAULT_BLOCK (4u << 20)
+
+static int default_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1)
+        return 1;
+    return n > 64 ? 64 : (int)n;
+}
+
+static int check_config(const bpe_trainer_config *c)
+{
+    if (c->pattern < BPE_PATTERN_EXTERNAL || c->pattern > BPE_PATTERN_O200K)
+        return BPE_ERR_ARG;
+    if (c->vocab_size < 256 + c->n_special || c->vocab_size > UINT32_MAX)
+        return BPE_ERR_ARG;
+    if (c->n_threads < 0)
+        return BPE_ERR_ARG;
+    if (c->n_special && (c->special_bytes == NULL || c->special_offsets == NULL))
+        return BPE_ERR_ARG;
+    for (size_t i = 0; i < c->n_special; i++)
+        if (c->special_offsets[i + 1] <= c->special_offsets[i])
+            return BPE_ERR_ARG;
+    return BPE_OK;
+}
+
+int bpe_trainer_new(const bpe_trainer_config *config, bpe_trainer **out)
+{
+    if (out == NULL)
+        return BPE_ERR_ARG;
+    *out = NULL;
+    if (config == NULL)
+        return BPE_ERR_ARG;
+    int rc = check_config(config);
+    if (rc != BPE_OK)
+        return rc;
+    bpe_trainer *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return BPE_ERR_NOMEM;
+    t->pattern = config->pattern;
+    t->vocab_size = config->vocab_size;
+    t->min_frequency = config->min_frequency;
+    t->n_threads = config->n_threads ? config->n_threads : default_threads();
+    if (t->n_threads > 256)
+        t->n_threads = 256;
+    t->block_size = config->block_size ? config->block_size : DEFAULT_BLOCK;
+    t->parallel_words = config->parallel_words ? config->parallel_words : 2048;
+    t->n_special = config->n_special;
+    train_words_init(&t->words);
+    if (config->n_special && config->pattern != BPE_PATTERN_EXTERNAL) {
+        /* only count_file splits on them; with EXTERNAL the caller already did */
+        rc = bpe_special_matcher_new(config->special_bytes, config->special_offsets,
+                                     config->n_special, &t->special);
+        if (rc != BPE_OK) {
+            free(t);
+            return rc;
+        }
+    }
+    *out = t;
+    return BPE_OK;
+}
+
+void bpe_trainer_free(bpe_trainer *t)
+{
+    if (t == NULL)
+        return;
+    bpe_special_matcher_free(t->special);
+    train_words_free(&t->words);
+    free(t->tok_bytes);
+    free(t->tok_off);
+    free(t->merges);
+    free(t);
+}
+
+int bpe_trainer_add_words(bpe_trainer *t, const uint8_t *bytes, const size_t *offsets,
+                          const uint64_t *counts, size_t n)
+{
+    if (t == NULL || (n && (bytes == NULL || offsets == NULL || counts == NULL)))
+        return BPE_ERR_ARG;
+    if (t->merged)
+        return BPE_ERR_ARG;
+    for (size_t i = 0; i < n; i++)
+        if (offsets[i + 1] <= offsets[i])
+            return BPE_ERR_ARG;
+    for (size_t i = 0; i < n; i++) {
+        if (counts[i] == 0)
+            continue;
+        int rc = train_words_add(&t->words, bytes + offsets[i], offsets[i + 1] - offsets[i],
+                                 counts[i]);
+        if (rc != BPE_OK)
+            return rc;
+    }
+    return BPE_OK;
+}
+
+size_t bpe_trainer_n_words(const bpe_trainer *t)
+{
+    return t ? t->words.n : 0;
+}
+
+static int bytes_append(bpe_bytes *b, const uint8_t *p, size_t len)
+{
+    if (b->len + len > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + len)
+            cap *= 2;
+        uint8_t *d = realloc(b->data, cap);
+        if (d == NULL)
+            return BPE_ERR_NOMEM;
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, len);
+    b->len += len;
+    return BPE_OK;
+}
+
+static int ids_reserve(bpe_ids *ids, size_t more)
+{
+    if (ids->len + more <= ids->cap)
+        return BPE_OK;
+    size_t cap = ids->cap ? ids->cap : 256;
+    while (cap < ids->len + more)
+        cap *= 2;
+    uint32_t *p = realloc(ids->ids, cap * sizeof *p);
+    if (p == NULL)
+        return BPE_ERR_NOMEM;
+    ids->ids = p;
+    ids->cap = cap;
+    return BPE_OK;
+}
+
+int bpe_trainer_result(const bpe_trainer *t, bpe_bytes *token_bytes, bpe_ids *token_offsets,
+                       bpe_ids *merges)
+{
+    if (t == NULL || token_bytes == NULL || token_offsets == NULL || merges == NULL)
+        return BPE_ERR_ARG;
+    if (!t->merged)
+        return BPE_ERR_ARG;
+    if (t->tok_bytes_len > UINT32_MAX)
+        return BPE_ERR_TOOBIG;
+    int rc = bytes_append(token_bytes, t->tok_bytes, t->tok_bytes_len);
+    if (rc == BPE_OK)
+        rc = ids_reserve(token_offsets, t->n_tokens + 1);
+    if (rc == BPE_OK)
+        rc = ids_reserve(merges, 3 * t->n_merges);
+    if (rc != BPE_OK)
+        return rc;
+    for (size_t i = 0; i <= t->n_tokens; i++)
+        token_offsets->ids[token_offsets->len++] = (uint32_t)t->tok_off[i];
+    memcpy(merges->ids + merges->len, t->merges, 3 * t->n_merges * sizeof *t->merges);
+    merges->len += 3 * t->n_merges;
+    return BPE_OK;
+}

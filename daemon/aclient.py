@@ -1,0 +1,267 @@
+"""asyncio client of the bpe_cffi daemon (zmq.asyncio; one DEALER per endpoint).
+
+One reader task per socket resolves the future of each reply's id; replies for ids nobody
+awaits (duplicates after a resend, abandoned requests) are dropped.  Each attempt waits
+`timeout` seconds, then the request is resent (to the next endpoint when there are several),
+`retries` times at most, then DaemonTimeout is raised.  Use it from one event loop.
+"""
+import asyncio
+import collections
+import itertools
+
+import zmq
+import zmq.asyncio
+
+from . import protocol as P
+from .client import (_CLIENT_LIMITS, DaemonError, DaemonTimeout, configure_socket,
+                     reply_ids, request_msg)
+
+
+class AsyncClient:
+    """Same operations as Client, as coroutines; `stream` is an async generator."""
+
+    def __init__(self, endpoints="tcp://127.0.0.1:5555", *, tokenizer=None, timeout=10.0,
+                 retries=3, context=None, curve_server_key=None, curve_public_key=None,
+                 curve_secret_key=None, heartbeat_ivl_ms=2000):
+        if isinstance(endpoints, str):
+            endpoints = [endpoints]
+        self.endpoints = list(endpoints)
+        if not self.endpoints:
+            raise ValueError("no daemon endpoint given")
+        self.tokenizer = tokenizer
+        self.timeout = float(timeout)
+        self.retries = int(retries)
+        self._ctx = context or zmq.asyncio.Context()
+        self._own_ctx = context is None
+        self._socks = []
+        for ep in self.endpoints:
+            s = self._ctx.socket(zmq.DEALER)
+            configure_socket(s, curve_server_key=curve_server_key,
+                             curve_public_key=curve_public_key,
+                             curve_secret_key=curve_secret_key,
+                             heartbeat_ivl_ms=heartbeat_ivl_ms)
+            s.connect(ep)
+            self._socks.append(s)
+        self._ids = itertools.count(1)
+        self._streams = itertools.count(1)
+        self._rr = itertools.count()
+        self._futures = {}
+        self._readers = None
+        self._closed = False
+
+    def _ensure_readers(self):
+        if self._readers is None:
+            self._readers = [asyncio.ensure_future(self._reader(s)) for s in self._socks]
+
+    async def _reader(self, sock):
+        while True:
+            try:
+                raw = await sock.recv()
+            except (zmq.ZMQError, asyncio.CancelledError):
+                return
+            try:
+                rep = P.unpackb(raw, _CLIENT_LIMITS)
+            except Exception:
+                continue
+            if not isinstance(rep, dict):
+                continue
+            rid = rep.get("id")
+            fut = self._futures.get(rid) if isinstance(rid, int) else None
+            if fut is not None and not fut.done():
+                fut.set_result(rep)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def close(self):
+        """Cancels the readers and closes the sockets.  Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._readers:
+            for t in self._readers:
+                t.cancel()
+            await asyncio.gather(*self._readers, return_exceptions=True)
+        for s in self._socks:
+            s.close(0)
+        for f in self._futures.values():
+            if not f.done():
+                f.cancel()
+        self._futures.clear()
+        if self._own_ctx:
+            self._ctx.term()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    # -- the request engine --------------------------------------------------------------------
+    async def request(self, msg, ep=None):
+        """Sends one request dict (without "id"); returns the ok reply dict or raises."""
+        if self._closed:
+            raise ValueError("the client is closed")
+        self._ensure_readers()
+        rid = next(self._ids)
+        msg["id"] = rid
+        packed = P.packb(msg)
+        pinned = ep is not None
+        if ep is None:
+            ep = next(self._rr) % len(self._socks)
+        loop = asyncio.get_running_loop()
+        try:
+            for attempt in range(self.retries + 1):
+                fut = self._futures[rid] = loop.create_future()
+                end = loop.time() + self.timeout
+                sent = False
+                while not sent and loop.time() < end:
+                    order = [ep] if pinned else [(ep + i) % len(self._socks)
+                                                 for i in range(len(self._socks))]
+                    for e in order:
+                        try:   # zmq.asyncio reports EAGAIN through the returned future
+                            await self._socks[e].send(packed, zmq.NOBLOCK)
+                            ep, sent = e, True
+                            break
+                        except zmq.Again:
+                            continue
+                    if not sent:
+                        await asyncio.sleep(0.01)
+                if sent:
+                    try:
+                        rep = await asyncio.wait_for(fut, max(0.0, end - loop.time()))
+                    except asyncio.TimeoutError:
+                        rep = None
+                    if rep is not None:
+                        if rep.get("ok"):
+                            return rep
+                        if rep.get("code") not in P.RETRYABLE or attempt == self.retries:
+                            raise DaemonError(rep.get("code", "?"), rep.get("message", ""))
+                        await asyncio.sleep(0.01)
+                if not pinned:
+                    ep = (ep + 1) % len(self._socks)
+            raise DaemonTimeout(f"no reply within {self.timeout:.3g}s after "
+                                f"{self.retries + 1} attempts")
+        finally:
+            self._futures.pop(rid, None)
+
+    def _msg(self, op, tokenizer, **kw):
+        return request_msg(op, tokenizer if tokenizer is not None else self.tokenizer, **kw)
+
+    # -- operations ----------------------------------------------------------------------------
+    async def encode(self, text, *, tokenizer=None, allowed_special=None,
+                     disallowed_special=None):
+        rep = await self.request(self._msg(P.OP_ENCODE, tokenizer,
+                                           allowed_special=allowed_special,
+                                           disallowed_special=disallowed_special, text=text,
+                                           ids=P.IDS_BIN))
+        return reply_ids(rep["ids"])
+
+    async def encode_batch(self, texts, *, tokenizer=None, allowed_special=None,
+                           disallowed_special=None):
+        rep = await self.request(self._msg(P.OP_ENCODE_BATCH, tokenizer,
+                                           allowed_special=allowed_special,
+                                           disallowed_special=disallowed_special,
+                                           texts=list(texts), ids=P.IDS_BIN))
+        return [reply_ids(x) for x in rep["ids"]]
+
+    async def decode(self, ids, *, tokenizer=None):
+        rep = await self.request(self._msg(P.OP_DECODE, tokenizer, ids=P.ids_to_bin(ids)))
+        return rep["text"]
+
+    async def decode_bytes(self, ids, *, tokenizer=None):
+        rep = await self.request(self._msg(P.OP_DECODE, tokenizer, ids=P.ids_to_bin(ids),
+                                           bytes=True))
+        return rep["data"]
+
+    async def count(self, text, *, limit=None, tokenizer=None, allowed_special=None,
+                    disallowed_special=None):
+        fields = {"text": text}
+        if limit is not None:
+            fields["limit"] = limit
+        rep = await self.request(self._msg(P.OP_COUNT, tokenizer,
+                                           allowed_special=allowed_special,
+                                           disallowed_special=disallowed_special, **fields))
+        return rep["count"]
+
+    async def info(self):
+        return await self.request({"op": P.OP_INFO})
+
+    async def health(self):
+        return await self.request({"op": P.OP_HEALTH})
+
+    async def stats(self):
+        return await self.request({"op": P.OP_STATS})
+
+    async def stream(self, texts, window=64, *, tokenizer=None, allowed_special=None,
+                     disallowed_special=None):
+        """Async generator: encodes texts (an iterable or async iterable) with up to `window`
+        requests in flight and yields the ids in input order."""
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        base = self._msg(P.OP_ENCODE, tokenizer, allowed_special=allowed_special,
+                         disallowed_special=disallowed_special, ids=P.IDS_BIN)
+        if hasattr(texts, "__aiter__"):
+            ait = texts.__aiter__()
+
+            async def next_text():
+                try:
+                    return True, await ait.__anext__()
+                except StopAsyncIteration:
+                    return False, None
+        else:
+            it = iter(texts)
+
+            async def next_text():
+                for t in it:
+                    return True, t
+                return False, None
+
+        async def one(text):
+            msg = dict(base)
+            msg["text"] = text
+            rep = await self.request(msg)
+            return reply_ids(rep["ids"])
+
+        tasks = collections.deque()
+        more = True
+        try:
+            while True:
+                while more and len(tasks) < window:
+                    more, text = await next_text()
+                    if more:
+                        tasks.append(asyncio.ensure_future(one(text)))
+                if not tasks:
+                    return
+                ids = await tasks[0]
+                tasks.popleft()
+                yield ids
+        finally:
+            for t in tasks:
+                t.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def encode_chunks(self, chunks, *, window=16, tokenizer=None, allowed_special=None,
+                            disallowed_special=None):
+        """Encodes ONE document sent as numbered chunks (bytes or str, split anywhere)."""
+        ep = next(self._rr) % len(self._socks)
+        sid = next(self._streams)
+        opts = self._msg(P.OP_CHUNK, tokenizer, allowed_special=allowed_special,
+                         disallowed_special=disallowed_special, ids=P.IDS_BIN)
+        chunks = list(chunks)
+        tasks = collections.deque()
+        out = []
+        try:
+            for seq, data in enumerate(chunks):
+                msg = dict(opts) if seq == 0 else {"op": P.OP_CHUNK}
+                msg.update(stream=sid, seq=seq, final=seq == len(chunks) - 1,
+                           data=data.encode("utf-8") if isinstance(data, str) else data)
+                tasks.append(asyncio.ensure_future(self.request(msg, ep)))
+                while len(tasks) >= window:
+                    out += reply_ids((await tasks.popleft()).get("ids", b""))
+            while tasks:
+                out += reply_ids((await tasks.popleft()).get("ids", b""))
+            return out
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            raise

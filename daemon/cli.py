@@ -1,0 +1,106 @@
+"""`bpe-cffi serve` (and `python -m bpe_cffi.daemon`): load tokenizers and run the daemon."""
+import argparse
+import importlib
+import sys
+
+from . import protocol as P
+
+DEFAULT_BIND = "tcp://127.0.0.1:5555"
+
+
+def add_parser(subparsers):
+    """Adds the `serve` subcommand to the `bpe-cffi` command line."""
+    p = subparsers.add_parser(
+        "serve", help="run the tokenizer daemon (ZeroMQ + msgpack)",
+        description="Serve tokenizers over ZeroMQ; see PROTOCOL.md in bpe_cffi/daemon.")
+    configure(p)
+    return p
+
+
+def configure(p):
+    p.add_argument("--tokenizer", "-t", action="append", required=True, metavar="NAME=PATH",
+                   help="a tokenizer to serve (tokenizer.json, GPT-2 vocab.json with "
+                        "merges.txt beside it, or .tiktoken); repeat for several; the first "
+                        "is the default")
+    p.add_argument("--bind", default=DEFAULT_BIND,
+                   help=f"endpoint to listen on (default {DEFAULT_BIND}; port 0 picks a free "
+                        "port; the bound endpoint is printed on stdout)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="worker threads (default: one per available core)")
+    p.add_argument("--curve-secret-key", metavar="FILE", default=None,
+                   help="the server's CURVE certificate (zmq.auth .key_secret file)")
+    p.add_argument("--curve-authorized-keys", metavar="DIR", default=None,
+                   help="directory of client public certificates allowed to connect")
+    p.add_argument("--drain-timeout", type=float, default=10.0,
+                   help="seconds to answer in-flight requests after SIGTERM (default 10)")
+    p.add_argument("--max-text-bytes", type=int, default=None)
+    p.add_argument("--max-frame-bytes", type=int, default=None)
+    p.add_argument("--max-inflight", type=int, default=None,
+                   help="requests in flight per client (default 256)")
+    p.add_argument("--stream-idle", type=float, default=None,
+                   help="seconds before an idle stream is dropped (default 30)")
+    p.add_argument("--loader", default="bpe_cffi:load",
+                   help="MODULE:FUNCTION that loads PATH into a tokenizer (default "
+                        "bpe_cffi:load)")
+    p.set_defaults(func=run)
+
+
+def parse_tokenizer_args(values):
+    out = []
+    for v in values:
+        name, sep, path = v.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--tokenizer {v!r}: expected NAME=PATH")
+        if name in dict(out):
+            raise ValueError(f"--tokenizer: the name {name!r} is given twice")
+        out.append((name, path))
+    return out
+
+
+def resolve_loader(spec):
+    mod, sep, fn = spec.partition(":")
+    if not sep:
+        raise ValueError(f"--loader {spec!r}: expected MODULE:FUNCTION")
+    loader = getattr(importlib.import_module(mod), fn, None)
+    if loader is None:
+        raise ValueError(f"--loader {spec!r}: {mod} has no {fn} (is the module complete?)")
+    return loader
+
+
+def run(args):
+    from .server import check_bind_security, serve
+    check_bind_security(args.bind, args.curve_secret_key, args.curve_authorized_keys)
+    loader = resolve_loader(args.loader)
+    toks = {name: loader(path) for name, path in parse_tokenizer_args(args.tokenizer)}
+    lim = {}
+    if args.max_text_bytes is not None:
+        lim["max_text_bytes"] = args.max_text_bytes
+    if args.max_frame_bytes is not None:
+        lim["max_frame_bytes"] = args.max_frame_bytes
+    if args.max_inflight is not None:
+        lim["max_inflight_per_client"] = args.max_inflight
+    if args.stream_idle is not None:
+        lim["stream_idle_s"] = args.stream_idle
+    if args.workers is not None and args.workers < 1:
+        raise ValueError("--workers must be at least 1")
+
+    def ready(endpoint):
+        sys.stdout.write(endpoint + "\n")
+        sys.stdout.flush()
+
+    return serve(toks, args.bind, workers=args.workers, limits=P.Limits(**lim),
+                 curve_secret_key=args.curve_secret_key,
+                 curve_authorized_keys=args.curve_authorized_keys,
+                 drain_timeout=args.drain_timeout, ready=ready)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bpe_cffi.daemon",
+                                description="Serve tokenizers over ZeroMQ (PROTOCOL.md).")
+    configure(p)
+    args = p.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (OSError, ValueError, TypeError, ImportError) as exc:
+        print(f"bpe-cffi serve: error: {exc}", file=sys.stderr)
+        return 1

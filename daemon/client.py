@@ -1,0 +1,388 @@
+"""Blocking client of the bpe_cffi daemon (one DEALER socket per daemon endpoint).
+
+Requests are pipelined: each carries a fresh integer id; replies are matched by id, so they
+may arrive in any order, and a reply whose id is no longer awaited (a duplicate after a
+resend, or a late answer to an abandoned request) is dropped.  Lazy Pirate: every operation is
+idempotent, so a request not answered within `timeout` seconds is resent (to the next endpoint
+when there are several) up to `retries` times, then DaemonTimeout is raised.
+
+A Client is not thread-safe (ZeroMQ sockets are not): use one per thread.
+"""
+import collections
+import itertools
+import os
+import time
+
+import zmq
+
+from . import protocol as P
+
+
+class DaemonError(RuntimeError):
+    """An error reply from the daemon: .code is one of protocol.ERROR_CODES."""
+
+    def __init__(self, code, message):
+        super().__init__(f"[{code}] {message}")
+        self.code = code
+        self.message = message
+
+
+class DaemonTimeout(DaemonError, TimeoutError):
+    """No reply after all retries."""
+
+    def __init__(self, message):
+        super().__init__("timeout", message)
+
+
+def _key(value, secret=False):
+    """A CURVE key given as z85 bytes/str, or as a zmq.auth certificate file path."""
+    if value is None:
+        return None
+    if isinstance(value, str) and len(value) == 40 and not os.path.exists(value):
+        return value.encode()
+    if isinstance(value, bytes) and len(value) == 40:
+        return value
+    import zmq.auth
+    pub, sec = zmq.auth.load_certificate(os.fspath(value))
+    if secret and not sec:
+        raise ValueError(f"{value} holds no secret key")
+    return sec if secret else pub
+
+
+def configure_socket(sock, curve_server_key=None, curve_public_key=None,
+                     curve_secret_key=None, heartbeat_ivl_ms=2000):
+    """Socket options shared by Client and AsyncClient: identity, HWM, heartbeats, CURVE."""
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.IMMEDIATE, 1)        # queue only to live connections
+    sock.setsockopt(zmq.SNDHWM, 10000)
+    sock.setsockopt(zmq.RCVHWM, 10000)
+    sock.setsockopt(zmq.ROUTING_ID, b"c" + os.urandom(15))   # stable across reconnects
+    if heartbeat_ivl_ms:
+        sock.setsockopt(zmq.HEARTBEAT_IVL, heartbeat_ivl_ms)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * heartbeat_ivl_ms)
+        sock.setsockopt(zmq.HEARTBEAT_TTL, 3 * heartbeat_ivl_ms)
+    if curve_server_key is not None:
+        sock.curve_serverkey = _key(curve_server_key)
+        if curve_public_key is None or curve_secret_key is None:
+            pub, sec = zmq.curve_keypair()
+        else:
+            pub, sec = _key(curve_public_key), _key(curve_secret_key, secret=True)
+        sock.curve_publickey = pub
+        sock.curve_secretkey = sec
+
+
+class _Pending:
+    __slots__ = ("packed", "ep", "deadline", "retries_left", "pinned")
+
+    def __init__(self, packed, ep, deadline, retries_left, pinned):
+        self.packed = packed
+        self.ep = ep
+        self.deadline = deadline
+        self.retries_left = retries_left
+        self.pinned = pinned
+
+
+def request_msg(op, tokenizer=None, allowed_special=None, disallowed_special=None, **fields):
+    msg = {"op": op}
+    if tokenizer is not None:
+        msg["tokenizer"] = tokenizer
+    if allowed_special is not None:
+        msg["allowed_special"] = _special(allowed_special)
+    if disallowed_special is not None:
+        msg["disallowed_special"] = _special(disallowed_special)
+    msg.update(fields)
+    return msg
+
+
+def _special(v):
+    if isinstance(v, str):
+        return v
+    return sorted(v) if v else "none"
+
+
+def reply_ids(ids):
+    return P.bin_to_ids(ids) if isinstance(ids, (bytes, bytearray)) else list(ids)
+
+
+class Client:
+    """Blocking client.  endpoints: one endpoint string or a list (load is spread over them).
+
+    timeout: seconds to wait for one attempt; retries: resends after a timeout (or a retryable
+    error such as "busy").  CURVE: give curve_server_key (the daemon's public key, z85 or a
+    certificate file) and optionally this client's keys (else a throwaway pair is made)."""
+
+    def __init__(self, endpoints="tcp://127.0.0.1:5555", *, tokenizer=None, timeout=10.0,
+                 retries=3, context=None, curve_server_key=None, curve_public_key=None,
+                 curve_secret_key=None, heartbeat_ivl_ms=2000):
+        if isinstance(endpoints, str):
+            endpoints = [endpoints]
+        self.endpoints = list(endpoints)
+        if not self.endpoints:
+            raise ValueError("no daemon endpoint given")
+        self.tokenizer = tokenizer
+        self.timeout = float(timeout)
+        self.retries = int(retries)
+        self._ctx = context or zmq.Context()
+        self._own_ctx = context is None
+        self._sock_opts = dict(curve_server_key=curve_server_key,
+                               curve_public_key=curve_public_key,
+                               curve_secret_key=curve_secret_key,
+                               heartbeat_ivl_ms=heartbeat_ivl_ms)
+        self._socks = [self._connect(ep) for ep in self.endpoints]
+        self._poller = zmq.Poller()
+        for s in self._socks:
+            self._poller.register(s, zmq.POLLIN)
+        self._ids = itertools.count(1)
+        self._streams = itertools.count(1)
+        self._rr = itertools.count()
+        self._pending = {}
+        self._done = {}
+        self._closed = False
+
+    def _connect(self, endpoint):
+        s = self._ctx.socket(zmq.DEALER)
+        configure_socket(s, **self._sock_opts)
+        s.connect(endpoint)
+        return s
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def close(self):
+        """Closes the sockets (pending requests are abandoned).  Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        for s in self._socks:
+            s.close(0)
+        self._pending.clear()
+        self._done.clear()
+        if self._own_ctx:
+            self._ctx.term()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- the request engine --------------------------------------------------------------------
+    def submit(self, msg, ep=None):
+        """Sends a request (a dict without "id"); returns its id.  ep pins an endpoint."""
+        if self._closed:
+            raise ValueError("the client is closed")
+        rid = next(self._ids)
+        msg["id"] = rid
+        packed = P.packb(msg)
+        pinned = ep is not None
+        if ep is None:
+            ep = next(self._rr) % len(self._socks)
+        p = _Pending(packed, ep, 0.0, self.retries, pinned)
+        self._pending[rid] = p
+        self._send(rid, p)
+        return rid
+
+    def _send(self, rid, p):
+        """Sends p on its endpoint (or, unpinned, on any that takes it) within the timeout."""
+        n = len(self._socks)
+        end = time.monotonic() + self.timeout
+        order = [p.ep] if p.pinned else [(p.ep + i) % n for i in range(n)]
+        while True:
+            for ep in order:
+                try:
+                    self._socks[ep].send(p.packed, zmq.NOBLOCK)
+                    p.ep = ep
+                    p.deadline = time.monotonic() + self.timeout
+                    return
+                except zmq.Again:
+                    continue
+            left = end - time.monotonic()
+            if left <= 0:
+                # not connected anywhere: count it as a timed-out attempt
+                p.deadline = time.monotonic()
+                return
+            self._pump_once(min(left, 0.05), resend=False)
+
+    def _pump_once(self, wait, resend=True):
+        """Receives whatever replies arrive within `wait` seconds; resends expired requests."""
+        got = False
+        for sock, _ in self._poller.poll(max(0, int(wait * 1000))):
+            while True:
+                try:
+                    raw = sock.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self._on_reply(raw)
+                got = True
+        if not resend:
+            return got
+        now = time.monotonic()
+        for rid, p in list(self._pending.items()):
+            if p.deadline <= now and rid not in self._done:
+                self._retry(rid, p, "no reply within %.3gs" % self.timeout)
+        return got
+
+    def _on_reply(self, raw):
+        try:
+            rep = P.unpackb(raw, _CLIENT_LIMITS)
+        except Exception:
+            return
+        if not isinstance(rep, dict):
+            return
+        rid = rep.get("id")
+        p = self._pending.get(rid) if isinstance(rid, int) else None
+        if p is None or rid in self._done:
+            return                                   # duplicate or abandoned: drop
+        if not rep.get("ok") and rep.get("code") in P.RETRYABLE and p.retries_left > 0:
+            time.sleep(0.01)
+            self._retry(rid, p, rep.get("message", ""))
+            return
+        self._done[rid] = rep
+
+    def _retry(self, rid, p, why):
+        if p.retries_left <= 0:
+            self._done[rid] = {"id": rid, "ok": False, "code": "timeout",
+                               "message": f"{why} after {self.retries + 1} attempts"}
+            return
+        p.retries_left -= 1
+        if not p.pinned:
+            p.ep = (p.ep + 1) % len(self._socks)
+        self._send(rid, p)
+
+    def result(self, rid):
+        """Waits for the reply of request rid; raises DaemonError for an error reply."""
+        while rid not in self._done:
+            if rid not in self._pending:
+                raise KeyError(f"no request {rid} in flight")
+            self._pump_once(0.05)
+        rep = self._done.pop(rid)
+        self._pending.pop(rid, None)
+        if not rep.get("ok"):
+            if rep.get("code") == "timeout":
+                raise DaemonTimeout(rep.get("message", ""))
+            raise DaemonError(rep.get("code", "?"), rep.get("message", ""))
+        return rep
+
+    def forget(self, rid):
+        self._pending.pop(rid, None)
+        self._done.pop(rid, None)
+
+    def request(self, msg, ep=None):
+        """Sends one request dict and returns its (ok) reply dict."""
+        return self.result(self.submit(msg, ep))
+
+    # -- operations ----------------------------------------------------------------------------
+    def _msg(self, op, tokenizer, **kw):
+        return request_msg(op, tokenizer if tokenizer is not None else self.tokenizer, **kw)
+
+    def encode(self, text, *, tokenizer=None, allowed_special=None, disallowed_special=None):
+        """Token ids of text (list of int)."""
+        rep = self.request(self._msg(P.OP_ENCODE, tokenizer, allowed_special=allowed_special,
+                                     disallowed_special=disallowed_special, text=text,
+                                     ids=P.IDS_BIN))
+        return reply_ids(rep["ids"])
+
+    def encode_batch(self, texts, *, tokenizer=None, allowed_special=None,
+                     disallowed_special=None):
+        rep = self.request(self._msg(P.OP_ENCODE_BATCH, tokenizer,
+                                     allowed_special=allowed_special,
+                                     disallowed_special=disallowed_special,
+                                     texts=list(texts), ids=P.IDS_BIN))
+        return [reply_ids(x) for x in rep["ids"]]
+
+    def decode(self, ids, *, tokenizer=None):
+        return self.request(self._msg(P.OP_DECODE, tokenizer, ids=P.ids_to_bin(ids)))["text"]
+
+    def decode_bytes(self, ids, *, tokenizer=None):
+        return self.request(self._msg(P.OP_DECODE, tokenizer, ids=P.ids_to_bin(ids),
+                                      bytes=True))["data"]
+
+    def count(self, text, *, limit=None, tokenizer=None, allowed_special=None,
+              disallowed_special=None):
+        """Number of tokens.  With a limit the daemon may stop early once the count passes
+        it: then the result is > limit but may be only a lower bound of the true count."""
+        fields = {"text": text}
+        if limit is not None:
+            fields["limit"] = limit
+        rep = self.request(self._msg(P.OP_COUNT, tokenizer, allowed_special=allowed_special,
+                                     disallowed_special=disallowed_special, **fields))
+        return rep["count"]
+
+    def info(self):
+        return self.request({"op": P.OP_INFO})
+
+    def health(self):
+        return self.request({"op": P.OP_HEALTH})
+
+    def stats(self):
+        return self.request({"op": P.OP_STATS})
+
+    def stream(self, texts, window=64, *, tokenizer=None, allowed_special=None,
+               disallowed_special=None):
+        """Encodes every text of an iterable with up to `window` requests in flight; yields
+        the ids in input order."""
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        base = self._msg(P.OP_ENCODE, tokenizer, allowed_special=allowed_special,
+                         disallowed_special=disallowed_special, ids=P.IDS_BIN)
+        it = iter(texts)
+        inflight = collections.deque()
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and len(inflight) < window:
+                    try:
+                        text = next(it)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    msg = dict(base)
+                    msg["text"] = text
+                    inflight.append(self.submit(msg))
+                if not inflight:
+                    return
+                rep = self.result(inflight[0])
+                inflight.popleft()
+                yield reply_ids(rep["ids"])
+        finally:
+            for rid in inflight:
+                self.forget(rid)
+
+    def encode_chunks(self, chunks, *, window=16, tokenizer=None, allowed_special=None,
+                      disallowed_special=None):
+        """Encodes ONE document sent as a sequence of chunks (bytes or str; a boundary may fall
+        anywhere, even inside a UTF-8 character); returns the ids of the whole document."""
+        ep = next(self._rr) % len(self._socks)          # a stream stays on one daemon
+        sid = next(self._streams)
+        opts = self._msg(P.OP_CHUNK, tokenizer, allowed_special=allowed_special,
+                         disallowed_special=disallowed_special, ids=P.IDS_BIN)
+        it = iter(chunks)
+        inflight = collections.deque()
+        out = []
+        seq = 0
+        try:
+            nxt = next(it, None)
+            while nxt is not None or inflight:
+                while nxt is not None and len(inflight) < window:
+                    data, nxt = nxt, next(it, None)
+                    msg = dict(opts) if seq == 0 else {"op": P.OP_CHUNK}
+                    msg.update(stream=sid, seq=seq, final=nxt is None,
+                               data=data.encode("utf-8") if isinstance(data, str) else data)
+                    inflight.append(self.submit(msg, ep))
+                    seq += 1
+                rep = self.result(inflight[0])
+                inflight.popleft()
+                out += reply_ids(rep.get("ids", b""))
+            return out
+        except BaseException:
+            for rid in inflight:
+                self.forget(rid)
+            try:
+                if seq:
+                    self.submit({"op": P.OP_STREAM_ABORT, "stream": sid}, ep)
+            except Exception:
+                pass
+            raise
+
+
+# replies can be as large as the daemon's frames allow; these bounds only stop garbage
+_CLIENT_LIMITS = P.Limits(max_frame_bytes=1 << 31, max_decode_ids=1 << 24,
+                          max_batch_texts=1 << 24)

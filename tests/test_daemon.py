@@ -1,0 +1,411 @@
+"""The daemon against a REAL daemon process: every reply is compared with the in-process
+encode of the same text by the same tokenizer files."""
+import asyncio
+import random
+import threading
+import time
+
+import msgpack
+import pytest
+import zmq
+
+from test_daemon_support import LONG, Daemon, corpus_texts, in_process_loader, vocab_file
+
+from bpe_cffi.daemon import AsyncClient, Client, DaemonError, DaemonTimeout
+from bpe_cffi.daemon import protocol as P
+
+
+@pytest.fixture(scope="module")
+def paths():
+    return {"cl100k": vocab_file("cl100k_base.tiktoken"), "gpt2": vocab_file("gpt2_vocab.json")}
+
+
+@pytest.fixture(scope="module")
+def refs(paths):
+    load = in_process_loader()
+    return {name: load(str(p)) for name, p in paths.items()}
+
+
+@pytest.fixture(scope="module")
+def daemon(paths):
+    d = Daemon(paths, workers=2)
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="module")
+def texts():
+    return corpus_texts(300, seed=1)
+
+
+def raw_socket(endpoint, ctx=None):
+    ctx = ctx or zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(endpoint)
+    return s
+
+
+def recv_reply(sock, timeout=10.0):
+    assert sock.poll(int(timeout * 1000)), "no reply from the daemon"
+    return msgpack.unpackb(sock.recv(), raw=False)
+
+
+def test_info_matches_tokenizers(daemon, refs):
+    with Client(daemon.endpoint, timeout=10) as c:
+        info = c.info()
+        assert info["protocol"] == P.PROTOCOL_VERSION
+        assert info["default"] == "cl100k"
+        for name, tok in refs.items():
+            t = info["tokenizers"][name]
+            assert t["n_vocab"] == tok.n_vocab
+            assert t["special_tokens"] == dict(tok.special_tokens)
+        assert c.health()["status"] == "ok"
+
+
+def test_encode_matches_in_process(daemon, refs, texts):
+    with Client(daemon.endpoint, timeout=10) as c:
+        for name, tok in refs.items():
+            for t in texts[:60]:
+                assert c.encode(t, tokenizer=name) == tok.encode(t)
+        t = "héllo <|endoftext|> wörld 🎉 " * 3
+        assert c.encode(t) == refs["cl100k"].encode(t)
+        assert c.encode("") == []
+
+
+def test_ids_formats_and_bin_text(daemon, refs):
+    tok = refs["cl100k"]
+    s = raw_socket(daemon.endpoint)
+    try:
+        text = "Ids as a list or as packed uint32 — ünïcödé 12345"
+        s.send(P.packb({"op": "encode", "id": 1, "text": text, "ids": "list"}))
+        rep = recv_reply(s)
+        assert rep["ok"] and rep["ids"] == tok.encode(text) and rep["n"] == len(rep["ids"])
+        s.send(P.packb({"op": "encode", "id": "two", "text": text.encode(), "ids": "bin"}))
+        rep = recv_reply(s)
+        assert rep["id"] == "two" and P.bin_to_ids(rep["ids"]) == tok.encode(text)
+        s.send(P.packb({"op": "encode", "id": 3, "text": text}))        # default: list
+        assert recv_reply(s)["ids"] == tok.encode(text)
+    finally:
+        s.close()
+
+
+def test_batch_decode_count(daemon, refs, texts):
+    tok = refs["gpt2"]
+    with Client(daemon.endpoint, timeout=10, tokenizer="gpt2") as c:
+        batch = texts[:40]
+        assert c.encode_batch(batch) == [tok.encode(t) for t in batch]
+        assert c.encode_batch([]) == []
+        many = texts[:150]                      # a big batch: the tokenizer's encode_batch
+        assert c.encode_batch(many) == [tok.encode(t) for t in many]
+        for t in batch[:10]:
+            ids = tok.encode(t)
+            assert c.decode(ids) == tok.decode(ids)
+            assert c.decode_bytes(ids) == tok.decode_bytes(ids)
+            assert c.count(t) == len(ids)
+            assert c.count(t, limit=len(ids)) == len(ids)
+            if ids:
+                assert c.count(t, limit=len(ids) - 1) > len(ids) - 1
+        big = " ".join(texts)
+        n = len(tok.encode(big))
+        assert c.count(big) == n
+        assert c.count(big, limit=10) > 10
+
+
+def test_count_limit_reply_fields(daemon, refs):
+    tok = refs["cl100k"]
+    text = "word " * 5000
+    n = len(tok.encode(text))
+    s = raw_socket(daemon.endpoint)
+    try:
+        s.send(P.packb({"op": "count", "id": 1, "text": text, "limit": n}))
+        rep = recv_reply(s)
+        assert rep["ok"] and rep["count"] == n and rep["exceeded"] is False
+        s.send(P.packb({"op": "count", "id": 2, "text": text, "limit": 3}))
+        rep = recv_reply(s)
+        assert rep["ok"] and rep["exceeded"] is True and 3 < rep["count"] <= n
+    finally:
+        s.close()
+
+
+def test_special_token_options(daemon, refs):
+    tok = refs["cl100k"]
+    eot = tok.special_tokens["<|endoftext|>"]
+    text = "a<|endoftext|>b<|fim_prefix|>c"
+    with Client(daemon.endpoint, timeout=10) as c:
+        assert c.encode(text) == tok.encode(text)
+        assert eot in c.encode(text)
+        plain = c.encode(text, allowed_special="none")
+        assert plain == tok.encode(text, allowed_special=set()) and eot not in plain
+        only = c.encode(text, allowed_special=["<|endoftext|>"])
+        assert only == tok.encode(text, allowed_special={"<|endoftext|>"})
+        with pytest.raises(DaemonError) as ei:
+            c.encode(text, allowed_special="none", disallowed_special="all")
+        assert ei.value.code == P.E_DISALLOWED
+        with pytest.raises(DaemonError) as ei:
+            c.encode_batch(["ok", text], allowed_special="none", disallowed_special="all")
+        assert ei.value.code == P.E_DISALLOWED
+        with pytest.raises(DaemonError) as ei:
+            c.encode(text, allowed_special=["<|nope|>"])
+        assert ei.value.code == P.E_BAD_REQUEST
+        with pytest.raises(DaemonError) as ei:
+            c.encode("x", tokenizer="nope")
+        assert ei.value.code == P.E_UNKNOWN_TOKENIZER
+        with pytest.raises(DaemonError) as ei:
+            c.decode([tok.n_vocab + 10_000_000])
+        assert ei.value.code == P.E_BAD_ID
+
+
+def test_out_of_order_pipelining(daemon, refs, texts):
+    """Many requests in flight at once; replies matched by id, whatever their order."""
+    tok = refs["cl100k"]
+    s = raw_socket(daemon.endpoint)
+    rng = random.Random(5)
+    try:
+        sent = {}
+        for i in range(150):
+            t = rng.choice(texts) * rng.choice([1, 1, 1, 20])   # mixed sizes
+            sent[i] = t
+            s.send(P.packb({"op": "encode", "id": i, "text": t, "ids": "bin"}))
+        order = []
+        while len(order) < len(sent):
+            rep = recv_reply(s)
+            assert rep["ok"], rep
+            assert P.bin_to_ids(rep["ids"]) == tok.encode(sent[rep["id"]])
+            order.append(rep["id"])
+        assert sorted(order) == sorted(sent)
+    finally:
+        s.close()
+
+
+def _split_everywhere(data, rng, n):
+    cuts = sorted(rng.sample(range(1, len(data)), min(n, len(data) - 1)))
+    return [data[a:b] for a, b in zip([0] + cuts, cuts + [len(data)])]
+
+
+def test_chunked_document_equals_whole(daemon, refs, texts):
+    """A document sent as chunks cut anywhere (inside UTF-8 characters, pieces and special
+    tokens) and delivered out of order encodes exactly as the whole document."""
+    tok = refs["cl100k"]
+    rng = random.Random(7)
+    doc = ("<|endoftext|>".join(texts[:80]) + " ünï🎉<|fim_middle|>").encode()
+    chunks = _split_everywhere(doc, rng, 150)
+    # cuts inside a special token and inside a 4-byte character, on purpose
+    k = doc.index(b"<|fim_middle|>") + 5
+    j = doc.index("🎉".encode()) + 2
+    cuts = sorted(set([0, j, k, len(doc)] + list(range(0, len(doc), 997))))
+    chunks2 = [doc[a:b] for a, b in zip(cuts, cuts[1:])]
+    expect = tok.encode(doc.decode())
+    with Client(daemon.endpoint, timeout=10) as c:
+        assert c.encode_chunks(chunks) == expect
+        assert c.encode_chunks(chunks2, window=4) == expect
+        assert c.encode_chunks([doc]) == expect
+        assert c.encode_chunks([]) == []
+    s = raw_socket(daemon.endpoint)
+    try:
+        order = list(range(len(chunks)))
+        rng.shuffle(order)
+        for seq in order:
+            msg = {"op": "chunk", "id": 1000 + seq, "stream": "doc-1", "seq": seq,
+                   "final": seq == len(chunks) - 1, "data": chunks[seq]}
+            if seq == 0:
+                msg["ids"] = "bin"
+            s.send(P.packb(msg))
+        replies = {}
+        while len(replies) < len(chunks):
+            rep = recv_reply(s)
+            assert rep["ok"], rep
+            replies[rep["id"] - 1000] = rep
+        ids = []
+        for seq in range(len(chunks)):
+            ids += P.bin_to_ids(replies[seq]["ids"]) if isinstance(
+                replies[seq]["ids"], bytes) else replies[seq]["ids"]
+        assert replies[len(chunks) - 1]["final"] is True
+        assert ids == expect
+    finally:
+        s.close()
+
+
+def test_stream_errors(daemon):
+    s = raw_socket(daemon.endpoint)
+    try:
+        # bad UTF-8: an error on the chunk where it is seen; the stream is then dead
+        s.send(P.packb({"op": "chunk", "id": 1, "stream": 9, "seq": 0, "data": b"ok \xff"}))
+        rep = recv_reply(s)
+        assert not rep["ok"] and rep["code"] == P.E_BAD_UTF8 and rep["id"] == 1
+        s.send(P.packb({"op": "chunk", "id": 2, "stream": 9, "seq": 1, "data": b"x",
+                        "final": True}))
+        rep = recv_reply(s)
+        assert not rep["ok"] and rep["code"] == P.E_BAD_UTF8 and rep["id"] == 2
+        # a character cut at the very end of the document
+        s.send(P.packb({"op": "chunk", "id": 7, "stream": 12, "seq": 0, "data": b"ab\xe2\x82"}))
+        assert recv_reply(s)["ok"]
+        s.send(P.packb({"op": "chunk", "id": 8, "stream": 12, "seq": 1, "data": b"",
+                        "final": True}))
+        rep = recv_reply(s)
+        assert not rep["ok"] and rep["code"] == P.E_BAD_UTF8 and rep["id"] == 8
+        # a chunk past the final one
+        s.send(P.packb({"op": "chunk", "id": 3, "stream": 10, "seq": 1, "data": b"b",
+                        "final": True}))
+        s.send(P.packb({"op": "chunk", "id": 4, "stream": 10, "seq": 2, "data": b"c"}))
+        got = {}
+        while len(got) < 2:
+            rep = recv_reply(s)
+            got[rep["id"]] = rep
+        assert got[4]["code"] == P.E_STREAM and got[3]["code"] == P.E_STREAM
+        # abort frees the state and answers a waiting final chunk
+        s.send(P.packb({"op": "chunk", "id": 5, "stream": 11, "seq": 3, "data": b"d",
+                        "final": True}))
+        s.send(P.packb({"op": "stream_abort", "id": 6, "stream": 11}))
+        got = {}
+        while len(got) < 2:
+            rep = recv_reply(s)
+            got[rep["id"]] = rep
+        assert got[6]["ok"] and got[6]["existed"] is True
+        assert got[5]["code"] == P.E_STREAM
+    finally:
+        s.close()
+
+
+def test_async_client(daemon, refs, texts):
+    tok = refs["cl100k"]
+
+    async def main():
+        async with AsyncClient(daemon.endpoint, timeout=10) as c:
+            assert await c.encode(texts[0]) == tok.encode(texts[0])
+            got = await asyncio.gather(*(c.encode(t) for t in texts[:50]))
+            assert got == [tok.encode(t) for t in texts[:50]]
+            assert await c.encode_batch(texts[:5]) == [tok.encode(t) for t in texts[:5]]
+            ids = tok.encode(texts[1])
+            assert await c.decode(ids) == tok.decode(ids)
+            assert await c.count(texts[1]) == len(ids)
+            out = [ids async for ids in c.stream(texts, window=16)]
+            assert out == [tok.encode(t) for t in texts]
+
+            async def agen():
+                for t in texts[:30]:
+                    yield t
+            out = [ids async for ids in c.stream(agen(), window=8)]
+            assert out == [tok.encode(t) for t in texts[:30]]
+            doc = "".join(texts[:20]).encode()
+            chunks = [doc[i:i + 333] for i in range(0, len(doc), 333)]
+            assert await c.encode_chunks(chunks) == tok.encode(doc.decode())
+            with pytest.raises(DaemonError) as ei:
+                await c.encode("x", tokenizer="nope")
+            assert ei.value.code == P.E_UNKNOWN_TOKENIZER
+        await c.close()                                   # twice is fine
+
+    asyncio.run(main())
+
+
+def test_32_concurrent_streaming_clients(daemon, refs, texts):
+    tok = refs["cl100k"]
+    n_clients, per_client = 32, (1000 if LONG else 200)
+    expect = {i: tok.encode(t) for i, t in enumerate(texts)}
+    errors = []
+
+    def run(k):
+        rng = random.Random(k)
+        picks = [rng.randrange(len(texts)) for _ in range(per_client)]
+        try:
+            with Client(daemon.endpoint, timeout=30, retries=1) as c:
+                for i, ids in zip(picks, c.stream((texts[i] for i in picks), window=32)):
+                    if ids != expect[i]:
+                        errors.append((k, i))
+        except Exception as exc:  # reported below
+            errors.append((k, repr(exc)))
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(n_clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
+    with Client(daemon.endpoint) as c:
+        st = c.stats()
+        assert st["requests"] >= n_clients * per_client
+        assert st["latency_ms"]["samples"] > 0
+
+
+def test_several_endpoints_spread_and_fail_over(paths, refs, texts):
+    tok = refs["cl100k"]
+    a = Daemon({"cl100k": paths["cl100k"]}, workers=1)
+    b = Daemon({"cl100k": paths["cl100k"]}, workers=1)
+    try:
+        with Client([a.endpoint, b.endpoint], timeout=2, retries=3) as c:
+            out = list(c.stream(texts[:100], window=8))
+            assert out == [tok.encode(t) for t in texts[:100]]
+        ra = Client(a.endpoint).request({"op": "stats"})["requests"]
+        rb = Client(b.endpoint).request({"op": "stats"})["requests"]
+        assert ra > 20 and rb > 20
+        # b is frozen: requests sent to it time out and are resent to a (Lazy Pirate);
+        # when b wakes up its late duplicate replies are dropped by id.
+        import os
+        import signal
+        os.kill(b.pid, signal.SIGSTOP)
+        try:
+            with Client([a.endpoint, b.endpoint], timeout=0.5, retries=4) as c:
+                got = [c.encode(t) for t in texts[:10]]
+                os.kill(b.pid, signal.SIGCONT)
+                got += list(c.stream(texts[10:60], window=8))
+                assert got == [tok.encode(t) for t in texts[:60]]
+        finally:
+            os.kill(b.pid, signal.SIGCONT)
+        b.stop()
+        with Client([b.endpoint, a.endpoint], timeout=0.5, retries=3) as c:
+            assert [c.encode(t) for t in texts[:5]] == [tok.encode(t) for t in texts[:5]]
+        with Client(b.endpoint, timeout=0.3, retries=1) as c:
+            with pytest.raises(DaemonTimeout):
+                c.encode("nobody listens")
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_client_close_twice_and_context_manager(daemon):
+    c = Client(daemon.endpoint)
+    assert c.health()["ok"]
+    c.close()
+    c.close()
+    with pytest.raises(ValueError):
+        c.encode("closed")
+
+
+def test_req_socket_envelope(daemon, refs):
+    """A plain REQ socket (empty delimiter frame) is answered with the same envelope."""
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.REQ)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(daemon.endpoint)
+    try:
+        s.send(P.packb({"op": "encode", "id": 1, "text": "req socket"}))
+        rep = recv_reply(s)
+        assert rep["ids"] == refs["cl100k"].encode("req socket")
+    finally:
+        s.close()
+
+
+def test_cli_registers_serve():
+    from bpe_cffi.cli import build_parser
+    args = build_parser().parse_args(["serve", "--tokenizer", "a=b", "--bind",
+                                      "tcp://127.0.0.1:0"])
+    assert args.func.__module__ == "bpe_cffi.daemon.cli"
+
+
+def test_async_client_timeouts_and_failover(daemon, refs):
+    tok = refs["cl100k"]
+    dead = "tcp://127.0.0.1:1"                 # nothing listens there (loopback only)
+
+    async def main():
+        async with AsyncClient(dead, timeout=0.3, retries=1) as c:
+            with pytest.raises(DaemonTimeout):
+                await c.encode("nobody")
+        async with AsyncClient([dead, daemon.endpoint], timeout=2, retries=2) as c:
+            got = await asyncio.gather(*(c.encode(f"text {i}") for i in range(20)))
+            assert got == [tok.encode(f"text {i}") for i in range(20)]
+
+    asyncio.run(main())
+    with Client([dead, daemon.endpoint], timeout=2, retries=2) as c:
+        assert [c.encode(f"t {i}") for i in range(10)] == [tok.encode(f"t {i}")
+                                                              for i in range(10)]

@@ -1,0 +1,452 @@
+"""Bad input and hostile peers against a REAL daemon process: malformed frames, floods,
+clients that die, freeze or never read, SIGTERM with work in flight, CURVE."""
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import msgpack
+import pytest
+import zmq
+
+from test_daemon_support import (LONG, TESTS, Daemon, corpus_texts, in_process_loader,
+                                 vocab_file)
+
+from bpe_cffi.daemon import Client, DaemonTimeout
+from bpe_cffi.daemon import protocol as P
+from bpe_cffi.daemon.server import is_loopback_endpoint
+
+MAX_TEXT = 100_000
+
+
+@pytest.fixture(scope="module")
+def path():
+    return vocab_file("cl100k_base.tiktoken")
+
+
+@pytest.fixture(scope="module")
+def tok(path):
+    return in_process_loader()(str(path))
+
+
+@pytest.fixture(scope="module")
+def daemon(path):
+    d = Daemon({"cl100k": path}, "--max-text-bytes", MAX_TEXT, "--max-frame-bytes", 1 << 20,
+               workers=2)
+    yield d
+    d.stop()
+
+
+def dealer(endpoint, ctx=None):
+    s = (ctx or zmq.Context.instance()).socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(endpoint)
+    return s
+
+
+def recv_reply(sock, timeout=10.0):
+    assert sock.poll(int(timeout * 1000)), "no reply from the daemon"
+    return msgpack.unpackb(sock.recv_multipart()[-1], raw=False)
+
+
+def malformed_cases():
+    """(frames, expected error code, the id the reply must echo) for each kind of bad input."""
+    big = "x" * (MAX_TEXT + 1)
+    fixstr_bad_utf8 = b"\x83\xa2op\xa6encode\xa2id\x07\xa4text\xa2\xff\xfe"
+    depth_bomb = b"\x91" * 100_000 + b"\xc0"
+    cases = [
+        ([b"\xc1garbage"], P.E_BAD_MSGPACK, None),
+        ([b""], P.E_BAD_MSGPACK, None),
+        ([P.packb({"op": "encode", "id": 1, "text": "abc"})[:-2]], P.E_BAD_MSGPACK, None),
+        ([P.packb({"op": "health", "id": 1}) + b"\x01"], P.E_BAD_MSGPACK, None),
+        ([b"\xdd\x7f\xff\xff\xff"], P.E_BAD_MSGPACK, None),            # array of 2**31 items
+        ([depth_bomb], P.E_BAD_MSGPACK, None),
+        ([msgpack.packb({1: 2})], P.E_BAD_MSGPACK, None),               # non-str map key
+        ([P.packb([1, 2, 3])], P.E_BAD_REQUEST, None),
+        ([P.packb({"op": "encode", "text": "no id"})], P.E_BAD_REQUEST, None),
+        ([P.packb({"op": "encode", "id": 1.5, "text": "float id"})], P.E_BAD_REQUEST, None),
+        ([P.packb({"op": "encode", "id": "x" * 300})], P.E_BAD_REQUEST, None),
+        ([P.packb({"op": "fly", "id": 11})], P.E_UNKNOWN_OP, 11),
+        ([P.packb({"id": 12})], P.E_UNKNOWN_OP, 12),
+        ([P.packb({"op": "encode", "id": 13, "text": "a", "tokenizer": "nope"})],
+         P.E_UNKNOWN_TOKENIZER, 13),
+        ([P.packb({"op": "encode", "id": 14, "text": 42})], P.E_BAD_REQUEST, 14),
+        ([P.packb({"op": "encode", "id": 15, "text": b"\xff\xfe bad"})], P.E_BAD_UTF8, 15),
+        ([fixstr_bad_utf8], P.E_BAD_UTF8, 7),
+        ([P.packb({"op": "encode", "id": 16, "text": big})], P.E_TOO_LARGE, 16),
+        ([P.packb({"op": "encode_batch", "id": 17, "texts": ["ok", big]})], P.E_TOO_LARGE, 17),
+        ([P.packb({"op": "encode_batch", "id": 18, "texts": "not a list"})],
+         P.E_BAD_REQUEST, 18),
+        ([P.packb({"op": "decode", "id": 19, "ids": [1, 2, 1 << 40]})], P.E_BAD_ID, 19),
+        ([P.packb({"op": "decode", "id": 20, "ids": [1, -5]})], P.E_BAD_ID, 20),
+        ([P.packb({"op": "decode", "id": 21, "ids": [3_000_000]})], P.E_BAD_ID, 21),
+        ([P.packb({"op": "decode", "id": 22, "ids": b"\x01\x02\x03"})], P.E_BAD_REQUEST, 22),
+        ([P.packb({"op": "decode", "id": 23, "ids": ["a"]})], P.E_BAD_REQUEST, 23),
+        ([P.packb({"op": "decode", "id": 24, "ids": P.ids_to_bin([4_000_000_000])})],
+         P.E_BAD_ID, 24),
+        ([P.packb({"op": "count", "id": 25, "text": "a", "limit": -1})], P.E_BAD_REQUEST, 25),
+        ([P.packb({"op": "encode", "id": 26, "text": "a", "ids": "hex"})], P.E_BAD_REQUEST, 26),
+        ([P.packb({"op": "encode", "id": 27, "text": "a", "allowed_special": 5})],
+         P.E_BAD_REQUEST, 27),
+        ([P.packb({"op": "encode", "id": 28, "text": "<|endoftext|>",
+                   "allowed_special": "none", "disallowed_special": "all"})],
+         P.E_DISALLOWED, 28),
+        ([P.packb({"op": "chunk", "id": 29, "stream": 1, "seq": -1, "data": b""})],
+         P.E_BAD_REQUEST, 29),
+        ([P.packb({"op": "chunk", "id": 30, "stream": [1], "seq": 0, "data": b""})],
+         P.E_BAD_REQUEST, 30),
+        ([P.packb({"op": "chunk", "id": 31, "stream": 1, "seq": 0, "data": 5})],
+         P.E_BAD_REQUEST, 31),
+        ([P.packb({"op": "health", "id": 32}), b"extra frame"], P.E_BAD_FRAMES, None),
+        ([b"", b"", P.packb({"op": "health", "id": 33})], P.E_BAD_FRAMES, None),
+        ([b"1", b"2", b"3", b"4", b"5", b"6"], P.E_BAD_FRAMES, None),
+    ]
+    return cases
+
+
+def test_every_malformed_request_gets_an_error_reply(daemon, tok):
+    s = dealer(daemon.endpoint)
+    try:
+        for frames, code, rid in malformed_cases():
+            s.send_multipart(frames)
+            rep = recv_reply(s)
+            assert rep["ok"] is False, (frames[0][:40], rep)
+            assert rep["code"] == code, (frames[0][:40], rep)
+            assert rep["id"] == rid
+            assert isinstance(rep["message"], str) and rep["message"]
+            s.send(P.packb({"op": "encode", "id": 99, "text": "still fine"}))
+            assert recv_reply(s)["ids"] == tok.encode("still fine")
+    finally:
+        s.close()
+
+
+def test_oversized_frame_drops_only_that_peer(daemon, tok):
+    """A frame over ZMQ_MAXMSGSIZE disconnects its sender; everyone else is served."""
+    bad = dealer(daemon.endpoint)
+    good = dealer(daemon.endpoint)
+    try:
+        bad.send(b"\x00" * (2 << 20))
+        time.sleep(0.2)
+        good.send(P.packb({"op": "encode", "id": 1, "text": "after the flood"}))
+        assert recv_reply(good)["ids"] == tok.encode("after the flood")
+        assert not bad.poll(300)
+    finally:
+        bad.close()
+        good.close()
+
+
+def _mutations(rng, valid):
+    kind = rng.randrange(8)
+    if kind == 0:
+        return [b"\xc1" + rng.randbytes(rng.randrange(0, 64))], None
+    if kind == 1:
+        return [valid[:rng.randrange(0, len(valid))]], None
+    if kind == 2:
+        return [valid, rng.randbytes(8)], None
+    if kind == 3:
+        return [P.packb(rng.choice([[], 1, "str", None, 2.5, {"op": 1}]))], None
+    if kind == 4:
+        return [P.packb({"op": "encode", "id": -1, "text": rng.randbytes(20) + b"\xff"})], -1
+    if kind == 5:
+        return [P.packb({"op": rng.choice(["", "encodee", "ENCODE", "x" * 100]), "id": -2})], -2
+    if kind == 6:
+        return [P.packb({"op": "decode", "id": -3, "ids": [rng.randrange(1 << 33, 1 << 40)]})], -3
+    return [b"\x91" * rng.randrange(1000, 5000)], None
+
+
+def test_malformed_soak_with_valid_traffic(daemon, tok):
+    """Thousands of malformed frames from many clients mixed with valid requests: every valid
+    request is answered correctly, every malformed one gets an error reply, the daemon stays
+    up and its memory stays flat."""
+    texts = corpus_texts(200, seed=3, max_len=800)
+    expect = [tok.encode(t) for t in texts]
+    n_clients, per_client = (32, 3000) if LONG else (8, 500)
+    # warm up (allocator pools, caches), then measure
+    with Client(daemon.endpoint) as c:
+        list(c.stream(texts, window=16))
+    rss0 = daemon.rss_kb()
+    errors = []
+    counts = {"valid": 0, "bad": 0}
+    lock = threading.Lock()
+
+    def run(k):
+        rng = random.Random(100 + k)
+        s = dealer(daemon.endpoint)
+        try:
+            outstanding = {}         # id -> expected ids (valid) or None (malformed)
+            anon = 0                 # malformed messages whose error reply carries no id
+            next_id = 1
+            sent = 0
+            end = time.monotonic() + 120
+            while (sent < per_client or outstanding or anon) and time.monotonic() < end:
+                while sent < per_client and len(outstanding) + anon < 48:
+                    if rng.random() < 0.5:
+                        i = rng.randrange(len(texts))
+                        s.send(P.packb({"op": "encode", "id": next_id, "text": texts[i],
+                                        "ids": "bin"}))
+                        outstanding[next_id] = i
+                        next_id += 1
+                    else:
+                        frames, rid = _mutations(rng, P.packb(
+                            {"op": "encode", "id": 10 ** 9, "text": "mutated"}))
+                        s.send_multipart(frames)
+                        if rid is None:
+                            anon += 1
+                        else:
+                            outstanding.setdefault(("bad", rid), 0)
+                            outstanding[("bad", rid)] += 1
+                    sent += 1
+                if not s.poll(10_000):
+                    errors.append((k, "timeout", len(outstanding), anon))
+                    return
+                rep = msgpack.unpackb(s.recv(), raw=False)
+                rid = rep.get("id")
+                if rep["ok"]:
+                    i = outstanding.pop(rid, None)
+                    if i is None or P.bin_to_ids(rep["ids"]) != expect[i]:
+                        errors.append((k, "wrong reply", rid))
+                    with lock:
+                        counts["valid"] += 1
+                    continue
+                if rid is None or rid == 10 ** 9:
+                    anon -= 1
+                elif isinstance(rid, int) and rid < 0:
+                    outstanding[("bad", rid)] -= 1
+                    if outstanding[("bad", rid)] == 0:
+                        del outstanding[("bad", rid)]
+                else:
+                    errors.append((k, "valid request failed", rep))
+                with lock:
+                    counts["bad"] += 1
+            if anon or outstanding:
+                errors.append((k, "unanswered", anon, len(outstanding)))
+        finally:
+            s.close()
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(n_clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
+    assert counts["valid"] + counts["bad"] == n_clients * per_client
+    assert counts["bad"] > n_clients * per_client // 4
+    assert daemon.alive()
+    rss1 = daemon.rss_kb()
+    assert rss1 < rss0 + 150_000, (rss0, rss1)          # generous: kB
+    with Client(daemon.endpoint) as c:
+        assert c.health()["status"] == "ok"
+        assert c.encode(texts[0]) == expect[0]
+        st = c.stats()
+        assert st["errors"] >= counts["bad"]
+
+
+def test_inflight_limit_answers_busy(path, tok):
+    d = Daemon({"cl100k": path}, "--max-inflight", 4, workers=1)
+    try:
+        s = dealer(d.endpoint)
+        text = "busy " * 20_000
+        for i in range(40):
+            s.send(P.packb({"op": "encode", "id": i, "text": text, "ids": "bin"}))
+        codes = {}
+        while len(codes) < 40:
+            rep = recv_reply(s, timeout=30)
+            codes[rep["id"]] = rep["code"] if not rep["ok"] else "ok"
+            if rep["ok"]:
+                assert P.bin_to_ids(rep["ids"]) == tok.encode(text)
+        assert set(codes.values()) <= {"ok", P.E_BUSY}
+        assert list(codes.values()).count(P.E_BUSY) >= 1
+        assert list(codes.values()).count("ok") >= 4
+        s.close()
+        # the Client retries a busy reply
+        with Client(d.endpoint, retries=50) as c:
+            assert c.encode("after busy") == tok.encode("after busy")
+    finally:
+        d.stop()
+
+
+CLIENT_SCRIPT = r"""
+import sys, msgpack, zmq
+ctx = zmq.Context(); s = ctx.socket(zmq.DEALER); s.connect(sys.argv[1])
+text = "a client that will die " * 200
+i = 0
+print("started", flush=True)
+while True:
+    for _ in range(64):
+        s.send(msgpack.packb({"op": "encode", "id": i, "text": text}, use_bin_type=True)); i += 1
+    for _ in range(32):
+        s.recv()
+"""
+
+SILENT_SCRIPT = r"""
+import sys, msgpack, zmq
+ctx = zmq.Context(); s = ctx.socket(zmq.DEALER)
+s.setsockopt(zmq.SNDHWM, 100000); s.setsockopt(zmq.RCVHWM, 10); s.setsockopt(zmq.RCVBUF, 4096)
+s.connect(sys.argv[1])
+text = "never read " * 500
+for i in range(3000):
+    s.send(msgpack.packb({"op": "encode", "id": i, "text": text}, use_bin_type=True))
+print("sent", flush=True)
+import time; time.sleep(600)
+"""
+
+
+def _spawn(script, endpoint):
+    p = subprocess.Popen([sys.executable, "-c", script, endpoint], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL)
+    assert p.stdout.readline()            # it is connected and sending
+    return p
+
+
+def _reap(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+        p.wait(10)
+        p.stdout.close()
+
+
+def test_dead_frozen_and_silent_clients_do_not_stall(daemon, tok):
+    texts = corpus_texts(100, seed=9, max_len=1000)
+    procs = []
+    try:
+        killed = [_spawn(CLIENT_SCRIPT, daemon.endpoint) for _ in range(4)]
+        frozen = _spawn(CLIENT_SCRIPT, daemon.endpoint)
+        silent = _spawn(SILENT_SCRIPT, daemon.endpoint)
+        procs = killed + [frozen, silent]
+        time.sleep(0.5)
+        os.kill(frozen.pid, signal.SIGSTOP)
+        for p in killed:
+            p.kill()                          # SIGKILL mid-stream
+        t0 = time.monotonic()
+        with Client(daemon.endpoint, timeout=30, retries=0) as c:
+            out = list(c.stream(texts, window=16))
+        assert out == [tok.encode(t) for t in texts]
+        assert time.monotonic() - t0 < 120   # bounded, not a performance assert
+        assert daemon.alive()
+        with Client(daemon.endpoint) as c:
+            st = c.stats()
+            assert st["status"] == "ok"
+    finally:
+        _reap(procs)
+    with Client(daemon.endpoint) as c:      # and after they are all gone
+        assert c.encode(texts[0]) == tok.encode(texts[0])
+
+
+def test_sigterm_drains_in_flight_and_exits_zero(path, tok):
+    d = Daemon({"cl100k": path}, "--drain-timeout", 20, workers=2)
+    try:
+        texts = corpus_texts(60, seed=11, max_len=2000)
+        big = [t * 20 for t in texts]                   # some work to be in flight
+        s = dealer(d.endpoint)
+        for i, t in enumerate(big):
+            s.send(P.packb({"op": "encode", "id": i, "text": t, "ids": "bin"}))
+        time.sleep(0.05)
+        os.kill(d.pid, signal.SIGTERM)
+        ok = stopping = 0
+        end = time.monotonic() + 30
+        while ok + stopping < len(big) and time.monotonic() < end:
+            if not s.poll(200):
+                if d.proc.poll() is not None:
+                    break
+                continue
+            rep = msgpack.unpackb(s.recv(), raw=False)
+            if rep["ok"]:
+                assert P.bin_to_ids(rep["ids"]) == tok.encode(big[rep["id"]])
+                ok += 1
+            else:
+                assert rep["code"] == P.E_SHUTTING_DOWN, rep
+                stopping += 1
+        s.close()
+        assert ok >= 1
+        assert ok + stopping == len(big)        # all sent before SIGTERM: all answered
+        assert d.proc.wait(30) == 0
+    finally:
+        d.stop()
+
+
+def test_sigterm_with_frozen_client_still_exits(path):
+    d = Daemon({"cl100k": path}, "--drain-timeout", 3, workers=1)
+    p = None
+    try:
+        p = _spawn(CLIENT_SCRIPT, d.endpoint)
+        time.sleep(0.3)
+        os.kill(p.pid, signal.SIGSTOP)
+        assert d.terminate_and_wait(timeout=30) == 0
+    finally:
+        if p:
+            _reap([p])
+        d.stop()
+
+
+@pytest.mark.parametrize("entry, bind", [
+    (["-m", "bpe_cffi.daemon"], "tcp://0.0.0.0:0"), (["-m", "bpe_cffi.daemon"], "tcp://*:0"),
+    (["-m", "bpe_cffi.daemon"], "tcp://[::]:0"), (["-m", "bpe_cffi", "serve"], "tcp://*:0")])
+def test_refuses_non_loopback_without_curve(path, entry, bind):
+    env = dict(os.environ, PYTHONPATH=str(TESTS))
+    r = subprocess.run([sys.executable] + entry + ["--tokenizer", f"cl100k={path}", "--bind",
+                                                   bind, "--loader", "test_daemon_support:load"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 1
+    assert "refusing" in r.stderr and "CURVE" in r.stderr and r.stdout == ""
+    r = subprocess.run([sys.executable] + entry + ["--tokenizer", f"cl100k={path}", "--bind",
+                                                   bind, "--curve-secret-key", "x"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 1 and "both" in r.stderr          # half a CURVE setup
+
+
+def test_sigint_exits_zero(path, tok):
+    d = Daemon({"cl100k": path}, workers=1)
+    try:
+        with Client(d.endpoint) as c:
+            assert c.encode("before") == tok.encode("before")
+        os.kill(d.pid, signal.SIGINT)
+        assert d.proc.wait(30) == 0
+    finally:
+        d.stop()
+
+
+def test_loopback_detection():
+    for ep in ("tcp://127.0.0.1:5555", "tcp://localhost:1", "tcp://[::1]:5", "ipc:///tmp/x",
+               "tcp://127.0.0.2:0", "tcp://lo:5555"):
+        assert is_loopback_endpoint(ep), ep
+    for ep in ("tcp://0.0.0.0:5555", "tcp://*:5555", "tcp://10.0.0.1:1", "tcp://eth0:1",
+               "tcp://example.com:1", "tcp://[::]:1", "udp://127.0.0.1:1"):
+        assert not is_loopback_endpoint(ep), ep
+
+
+def test_curve_refuses_unknown_keys(path, tok, tmp_path):
+    import zmq.auth
+    keys = tmp_path / "keys"
+    allowed = tmp_path / "authorized"
+    keys.mkdir()
+    allowed.mkdir()
+    _, server_secret = zmq.auth.create_certificates(str(keys), "server")
+    client_public, client_secret = zmq.auth.create_certificates(str(keys), "client")
+    zmq.auth.create_certificates(str(keys), "stranger")
+    os.replace(client_public, allowed / "client.key")
+    d = Daemon({"cl100k": path}, "--curve-secret-key", server_secret,
+               "--curve-authorized-keys", allowed, workers=1)
+    try:
+        server_key = keys / "server.key"
+        with Client(d.endpoint, timeout=5, curve_server_key=str(server_key),
+                    curve_public_key=client_secret, curve_secret_key=client_secret) as c:
+            assert c.encode("authorized") == tok.encode("authorized")
+        with Client(d.endpoint, timeout=1, retries=0, curve_server_key=str(server_key),
+                    curve_public_key=str(keys / "stranger.key_secret"),
+                    curve_secret_key=str(keys / "stranger.key_secret")) as c:
+            with pytest.raises(DaemonTimeout):
+                c.encode("stranger")
+        with Client(d.endpoint, timeout=1, retries=0) as c:         # no CURVE at all
+            with pytest.raises(DaemonTimeout):
+                c.encode("plain")
+        with Client(d.endpoint, timeout=5, curve_server_key=str(server_key),
+                    curve_public_key=client_secret, curve_secret_key=client_secret) as c:
+            assert c.health()["status"] == "ok"
+    finally:
+        d.stop()

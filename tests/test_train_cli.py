@@ -1,0 +1,201 @@
+"""`bpe-cffi train`, the output formats read back by other libraries, and Ctrl-C."""
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from conftest import REPO, read_corpus  # noqa: E402
+
+from bpe_cffi import train_bpe  # noqa: E402
+from bpe_cffi.patterns import GPT2  # noqa: E402
+
+GPT2_PY = "(?:" + GPT2 + ")"
+ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "bpe_cffi", "train", *map(str, args)],
+                          capture_output=True, text=True, env=ENV, **kw)
+
+
+def merges_encode(piece: bytes, ranks: dict) -> list:
+    """Reference merge-list BPE of one piece: repeatedly merge the lowest-ranked pair."""
+    parts = [bytes([b]) for b in piece]
+    while len(parts) > 1:
+        best = min(range(len(parts) - 1),
+                   key=lambda i: ranks.get((parts[i], parts[i + 1]), float("inf")))
+        if (parts[best], parts[best + 1]) not in ranks:
+            break
+        parts[best:best + 2] = [parts[best] + parts[best + 1]]
+    return parts
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    p = tmp_path_factory.mktemp("c") / "corpus.txt"
+    p.write_text(read_corpus("web", 150_000), encoding="utf-8")
+    return p
+
+
+def test_help():
+    r = subprocess.run([sys.executable, "-m", "bpe_cffi", "train", "--help"],
+                       capture_output=True, text=True, env=ENV)
+    assert r.returncode == 0
+    for word in ("--vocab-size", "--special-token", "--pattern", "--threads",
+                 "--min-frequency", "--format", "tiktoken", "gpt2", "-o"):
+        assert word in r.stdout
+
+
+def test_cli_errors(tmp_path):
+    r = cli(tmp_path / "missing.txt", "--vocab-size", 300, "-o", tmp_path / "o.json")
+    assert r.returncode == 1 and "missing.txt" in r.stderr
+    assert not (tmp_path / "o.json").exists()
+    (tmp_path / "a.txt").write_text("hello")
+    r = cli(tmp_path / "a.txt", "--vocab-size", 100, "-o", tmp_path / "o.json")
+    assert r.returncode == 1 and "vocab_size" in r.stderr
+    r = cli(tmp_path / "a.txt", "-o", tmp_path / "o.json")
+    assert r.returncode == 2          # argparse: --vocab-size is required
+
+
+def test_tiktoken_format_loads_in_tiktoken(tmp_path, corpus):
+    tiktoken = pytest.importorskip("tiktoken")
+    out = tmp_path / "t.tiktoken"
+    r = cli(corpus, "--vocab-size", 2000, "--pattern", GPT2_PY, "--format", "tiktoken",
+            "-q", "-o", out)
+    assert r.returncode == 0, r.stderr
+    vocab, merges = train_bpe(corpus, 2000, pattern=GPT2_PY)
+    ranks = {}
+    for line in out.read_bytes().splitlines():
+        tok, rank = line.split()
+        ranks[base64.b64decode(tok)] = int(rank)
+    assert ranks == {tok: i for i, tok in vocab.items()}
+    enc = tiktoken.Encoding("trained", pat_str=GPT2, mergeable_ranks=ranks, special_tokens={})
+    import regex
+    merge_rank = {m: i for i, m in enumerate(merges)}
+    pieces = set(regex.findall(GPT2, corpus.read_text(encoding="utf-8")))
+    differ = 0
+    for piece in pieces:
+        b = piece.encode("utf-8")
+        ours = [ranks[t] for t in merges_encode(b, merge_rank)]
+        theirs = enc.encode_ordinary(piece)
+        assert enc.decode_bytes(theirs) == b
+        differ += ours != theirs
+    # tiktoken ranks by the merged token, not by the merge list: a token that two merge
+    # paths can build may split differently.  Expected: none or very few.
+    print(f"tiktoken: {differ} of {len(pieces)} distinct pieces differ")
+    assert differ <= len(pieces) // 200
+
+
+def test_gpt2_format_loads_in_hf(tmp_path, corpus):
+    tokenizers = pytest.importorskip("tokenizers")
+    out = tmp_path / "vocab.json"
+    specials = ["<|endoftext|>"]
+    r = cli(corpus, "--vocab-size", 1500, "--pattern", GPT2_PY, "--format", "gpt2",
+            "--special-token", specials[0], "-q", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "merges.txt").exists()
+    vocab, merges = train_bpe(corpus, 1500, specials, pattern=GPT2_PY)
+    vj = json.loads(out.read_text(encoding="utf-8"))
+    assert len(vj) == 1500 and vj["<|endoftext|>"] == 1499
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    hf = Tokenizer(models.BPE.from_file(str(out), str(tmp_path / "merges.txt")))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    hf.decoder = decoders.ByteLevel()
+    import regex
+    merge_rank = {m: i for i, m in enumerate(merges)}
+    by_bytes = {tok: i for i, tok in vocab.items()}
+    text = corpus.read_text(encoding="utf-8")[:30_000]
+    for piece in set(regex.findall(GPT2, text)):
+        ours = [by_bytes[t] for t in merges_encode(piece.encode("utf-8"), merge_rank)]
+        assert hf.encode(piece).ids == ours, piece
+
+
+def test_hf_json_format(tmp_path, corpus):
+    """tokenizer.json (Tokenizer.save) loads in HF tokenizers and encodes like our Tokenizer."""
+    try:
+        from bpe_cffi import Tokenizer  # noqa: F401
+    except ImportError:
+        pytest.skip("bpe_cffi.Tokenizer (pyapi) not merged yet")
+    tokenizers = pytest.importorskip("tokenizers")
+    from bpe_cffi import load
+    from bpe_cffi.train import train_tokenizer
+    out = tmp_path / "tok.json"
+    eot = "<|endoftext|>"
+    r = cli(corpus, "--vocab-size", 1200, "--special-token", eot, "-q", "-o", out)
+    assert r.returncode == 0, r.stderr
+    ours = load(out)
+    hf = tokenizers.Tokenizer.from_file(str(out))
+    text = corpus.read_text(encoding="utf-8")[:50_000]
+    text = text[:20_000] + eot + text[20_000:]
+    ids = ours.encode(text)
+    assert ids.count(1199) >= 1                  # the special token, last id
+    assert hf.encode(text).ids == ids
+    assert ours.decode(ids) == text
+    direct = train_tokenizer(corpus, 1200, [eot])
+    assert direct.encode(text) == ids
+    vocab, merges = train_bpe(corpus, 1200, [eot])
+    assert direct.merges == merges and direct.vocab == vocab
+
+
+@pytest.mark.parametrize("name", ["en_books", "multilingual", "code", "web"])
+def test_tiktoken_ranks_vs_merge_list(name, tmp_path):
+    """tiktoken ranks by the merged token, not by the merge list: count the pieces whose
+    encoding differs between tiktoken (from our .tiktoken) and our merge-list Tokenizer."""
+    tiktoken = pytest.importorskip("tiktoken")
+    try:
+        from bpe_cffi import Tokenizer
+    except ImportError:
+        pytest.skip("bpe_cffi.Tokenizer (pyapi) not merged yet")
+    p = tmp_path / "c.txt"
+    p.write_text(read_corpus(name, 300_000), encoding="utf-8")
+    vocab, merges = train_bpe(p, 3000, ["<|endoftext|>"])
+    ours = Tokenizer(vocab, merges, ["<|endoftext|>"])
+    ranks = {tok: i for i, tok in vocab.items() if i < 2999}
+    enc = tiktoken.Encoding("trained", pat_str=GPT2, mergeable_ranks=ranks, special_tokens={})
+    import regex
+    pieces = set()
+    for seg in p.read_text(encoding="utf-8").split("<|endoftext|>"):
+        pieces.update(regex.findall(GPT2, seg))
+    differ = [pc for pc in pieces if enc.encode_ordinary(pc) != ours.encode_ordinary(pc)]
+    print(f"{name}: {len(differ)} of {len(pieces)} distinct pieces differ; e.g. {differ[:3]}")
+    assert len(differ) <= len(pieces) // 200
+
+
+def test_sigint_stops_training_promptly(tmp_path):
+    """Ctrl-C: KeyboardInterrupt within about a second, threads joined, no output file."""
+    big = tmp_path / "big.txt"
+    # 24 MB of random "words" over 16 letters: millions of distinct pre-tokens, so both
+    # counting and merging take a while
+    table = bytes((b" " if i % 6 == 0 else bytes([97 + i % 16])) [0] for i in range(256))
+    with open(big, "wb") as f:
+        for _ in range(6):
+            f.write(os.urandom(4 << 20).translate(table))
+    out = tmp_path / "out.json"
+    script = ("import sys, bpe_cffi\n"
+              "try:\n"
+              f"    bpe_cffi.train_bpe({str(big)!r}, 60000, num_threads=2)\n"
+              "except KeyboardInterrupt:\n"
+              "    print('KeyboardInterrupt', flush=True); sys.exit(130)\n"
+              "print('finished', flush=True)\n")
+    for args in ([sys.executable, "-c", script],
+                 [sys.executable, "-m", "bpe_cffi", "train", str(big), "--vocab-size",
+                  "60000", "--threads", "2", "-o", str(out)]):
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=ENV)
+        time.sleep(2.0)
+        assert p.poll() is None, "training ended before it could be interrupted"
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        stdout, stderr = p.communicate(timeout=30)
+        elapsed = time.monotonic() - t0
+        assert p.returncode == 130, (stdout, stderr)
+        assert "KeyboardInterrupt" in stdout or "interrupted" in stderr
+        assert elapsed < 10, f"took {elapsed:.1f} s to stop"   # generous: a loaded machine
+        assert not out.exists()
+        assert not [f for f in os.listdir(tmp_path) if f.startswith(".bpe-cffi-")]
