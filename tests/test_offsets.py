@@ -56,8 +56,11 @@ def _corpus(name, offset):
 def test_hf_config_gives_tiktoken_ids(corpus, offset):
     text = _corpus(corpus, offset)
     enc = tiktoken_encoding("gpt2")
-    hf = hf_gpt2()
-    assert hf.encode(text, add_special_tokens=False).ids == enc.encode(text, allowed_special="all")
+    a = hf_gpt2("bytelevel").encode(text, add_special_tokens=False)
+    b = hf_gpt2("split").encode(text, add_special_tokens=False)
+    assert a.ids == enc.encode(text, allowed_special="all")
+    assert b.ids == a.ids
+    assert b.offsets == a.offsets
 
 
 # --- encode_with_offsets -------------------------------------------------------------------
