@@ -24,6 +24,7 @@ tests/test_stream_decode.py checks the result against an independent reference o
 above on every short byte sequence and on random ones.
 """
 import codecs
+import operator
 import weakref
 
 __all__ = ["StreamDecoder"]
@@ -45,6 +46,16 @@ def _bytes_cache(tok) -> dict:
         return cache
     except TypeError:             # tok not weakly referenceable: a cache per decoder
         return {}
+
+
+def _as_id(token_id) -> int:
+    """An integer-like id (numpy, torch scalar) as an int; TypeError for bool, float, str."""
+    if isinstance(token_id, bool):
+        raise TypeError("token id must be an int, not bool")
+    try:
+        return operator.index(token_id)
+    except TypeError:
+        raise TypeError(f"token id must be an int, not {type(token_id).__name__}") from None
 
 
 class StreamDecoder:
@@ -73,11 +84,12 @@ class StreamDecoder:
         """Add one id; return the text it completes ("" while a character is still partial).
         An unknown id raises what tok.decode_single_token_bytes raises, and leaves the state
         unchanged."""
-        data = self._cache.get(token_id) if type(token_id) is int else None
-        if data is None:                  # other types: the tokenizer decides (and checks)
+        if type(token_id) is not int:
+            token_id = _as_id(token_id)
+        data = self._cache.get(token_id)
+        if data is None:
             data = self._token_bytes(token_id)
-            if type(token_id) is int:
-                self._cache[token_id] = data
+            self._cache[token_id] = data
         return self._push(data)
 
     def feed_many(self, ids) -> str:

@@ -272,3 +272,12 @@ def test_decode_offsets_edge_cases():
     assert decode_with_offsets(tok, iter([31373, 995])) == ("hello world", [0, 5])
     with pytest.raises(ValueError):
         decode_with_offsets(tok, [31373], errors="ignore")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_decode_offsets_integer_like_ids(kind):
+    np = pytest.importorskip("numpy")
+    tok = _tok(kind, "cl100k_base")
+    ids = tok.encode("naïve 日本 🙂 <|endoftext|>")
+    expected = tiktoken_encoding("cl100k_base").decode_with_offsets(ids)
+    assert decode_with_offsets(tok, np.array(ids, dtype=np.int64)) == expected

@@ -264,3 +264,17 @@ def test_token_bytes_are_cached_per_tokenizer():
             assert db.feed(i) + db.flush() == b.decode([i])
         differ += a.decode([i]) != b.decode([i])
     assert differ > 50
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_integer_like_ids(kind):
+    np = pytest.importorskip("numpy")
+    tok = tokenizer(kind, "gpt2")
+    ids = tok.encode("naïve 日本 🙂")
+    dec = StreamDecoder(tok)
+    assert "".join(dec.feed(i) for i in np.array(ids, dtype=np.int64)) + dec.flush() == \
+        tok.decode(ids)
+    assert dec.feed_many(np.array(ids, dtype=np.uint32)) + dec.flush() == tok.decode(ids)
+    for bad in (True, 1.0, "1", None):
+        with pytest.raises(TypeError):
+            dec.feed(bad)
