@@ -826,6 +826,27 @@ class Tokenizer:
         rc = lib.bpe_token_id(self._handle(), bytes(token), len(token), i)
         return int(i[0]) if rc == lib.BPE_OK else None
 
+    # ---- offsets and streaming decode (bpe_cffi/offsets.py, bpe_cffi/stream_decode.py) ---------
+
+    def encode_with_offsets(self, text, *, ordinary: bool = False, **encode_kwargs):
+        """(ids, offsets): offsets[k] = (start, end) character span in `text` of token k, the
+        span of the whole character where a token splits one (HF `Encoding.offsets`).
+        `ordinary=True` encodes as encode_ordinary; other keywords go to encode."""
+        from .offsets import encode_with_offsets
+        return encode_with_offsets(self, text, ordinary=ordinary, **encode_kwargs)
+
+    def decode_with_offsets(self, ids, errors: str = "strict"):
+        """(text, offsets): offsets[k] = index in text of the first character holding a byte
+        of token k, as tiktoken's decode_with_offsets.  errors="strict" raises
+        UnicodeDecodeError on invalid UTF-8 (as tiktoken); "replace" decodes as decode()."""
+        from .offsets import decode_with_offsets
+        return decode_with_offsets(self, ids, errors)
+
+    def stream_decoder(self):
+        """A StreamDecoder: feed ids one at a time, get text as soon as characters complete."""
+        from .stream_decode import StreamDecoder
+        return StreamDecoder(self)
+
     # ---- saving -------------------------------------------------------------------------------
 
     def save(self, path) -> None:

@@ -303,3 +303,18 @@ def test_both_table_paths(path, monkeypatch):
     if path == "numpy":
         assert mod._tables(tok).arrays is not None
         assert len(mod._tables(tok).arrays[0]) > 100_000    # grew to the largest id seen
+
+
+def test_tokenizer_methods_are_the_module_functions():
+    """The Tokenizer methods give what the module functions give (they are thin wrappers)."""
+    from bpe_cffi import StreamDecoder
+    from bpe_cffi.offsets import decode_with_offsets, encode_with_offsets
+    from pyapi_helpers import ours
+    tok = ours("gpt2")
+    text = "héllo wörld 🏳️‍🌈 <|endoftext|> done"
+    assert tok.encode_with_offsets(text) == encode_with_offsets(tok, text)
+    ids = tok.encode(text)
+    assert tok.decode_with_offsets(ids) == decode_with_offsets(tok, ids)
+    dec = tok.stream_decoder()
+    assert isinstance(dec, StreamDecoder)
+    assert "".join(dec.feed(i) for i in ids) + dec.flush() == tok.decode(ids)
