@@ -543,6 +543,8 @@ static int merge_long_words(words *ws, slice *s, pair_rec *r, uint32_t a, uint32
     s->b = b;
     s->z = z;
     s->n_d = 0;
+    if (n == 0)
+        return BPE_OK;
     qsort(pos, n, sizeof *pos, cmp_u64);
     int rc = BPE_OK;
     uint32_t cur_w = NO_WORD, last = NO_POS;
