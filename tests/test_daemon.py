@@ -345,7 +345,7 @@ def test_several_endpoints_spread_and_fail_over(paths, refs, texts):
         import signal
         os.kill(b.pid, signal.SIGSTOP)
         try:
-            with Client([a.endpoint, b.endpoint], timeout=0.5, retries=4) as c:
+            with Client([a.endpoint, b.endpoint], timeout=1.0, retries=6) as c:
                 got = [c.encode(t) for t in texts[:10]]
                 os.kill(b.pid, signal.SIGCONT)
                 got += list(c.stream(texts[10:60], window=8))
@@ -353,7 +353,7 @@ def test_several_endpoints_spread_and_fail_over(paths, refs, texts):
         finally:
             os.kill(b.pid, signal.SIGCONT)
         b.stop()
-        with Client([b.endpoint, a.endpoint], timeout=0.5, retries=3) as c:
+        with Client([b.endpoint, a.endpoint], timeout=1.0, retries=6) as c:
             assert [c.encode(t) for t in texts[:5]] == [tok.encode(t) for t in texts[:5]]
         with Client(b.endpoint, timeout=0.3, retries=1) as c:
             with pytest.raises(DaemonTimeout):
