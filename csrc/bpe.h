@@ -200,6 +200,8 @@ typedef struct bpe_trainer_config {
     size_t block_size;             /* bytes read per block; 0: 4 MiB (tests use tiny ones) */
     size_t parallel_words;         /* a merge touching at least this many words per thread
                                       runs on threads; 0: 2048 (tests use 1) */
+    size_t long_word;              /* words of at least this many bytes are merged by
+                                      position, not by scanning; 0: 64 (tests use 2) */
     size_t n_special;              /* special tokens: never merged across, not learned */
     const uint8_t *special_bytes;
     const size_t *special_offsets; /* n_special + 1 */
