@@ -176,7 +176,8 @@ int bpe_decode(const bpe_tokenizer *tok, const uint32_t *ids, size_t n, bpe_byte
 int bpe_pretokenize(int pattern, const uint8_t *text, size_t len, bpe_ids *ends);
 
 /* The largest cut position <= len at which the text may be split in two without changing
- * the pieces (and so the ids) of a built-in pattern; 0 if there is none. */
+ * the pieces (and so the ids) of a built-in pattern, whatever text follows len; 0 if there
+ * is none.  A UTF-8 sequence cut off at len counts as part of what follows. */
 size_t bpe_pretok_safe_cut(int pattern, const uint8_t *text, size_t len);
 
 /* ---- trainer (filled in by the trainer issue) ----------------------------------------- */
