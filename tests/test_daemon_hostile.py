@@ -237,6 +237,7 @@ def test_malformed_soak_with_valid_traffic(daemon, tok):
     assert counts["bad"] > n_clients * per_client // 4
     assert daemon.alive()
     rss1 = daemon.rss_kb()
+    print(f"daemon RSS before/after the soak: {rss0} / {rss1} kB")
     assert rss1 < rss0 + 150_000, (rss0, rss1)          # generous: kB
     with Client(daemon.endpoint) as c:
         assert c.health()["status"] == "ok"
