@@ -3,7 +3,6 @@ encode of the same text by the same tokenizer files."""
 import asyncio
 import random
 import threading
-import time
 
 import msgpack
 import pytest
