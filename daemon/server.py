@@ -5,13 +5,20 @@ Data flow.  The main thread owns every socket except the workers' own:
     clients (DEALER/REQ) --tcp--> frontend ROUTER --(main loop)--> backend ROUTER --inproc-->
     worker DEALERs (one per thread; each calls the tokenizer, whose C code drops the GIL)
 
-The main loop does only framing and bookkeeping, never msgpack work on the hot path: it reads a
-message frame by frame (dropping frames past Limits.max_frames), checks the per-client
-in-flight count, queues the payload, and hands queued payloads to IDLE workers (a worker is
-idle after "READY" and after each reply batch, so a long job never has work queued behind it
-while another worker waits).  Workers unpack, validate, run the op and send back the packed
-replies; the main loop forwards them to the client with NOBLOCK (ROUTER_MANDATORY is on, so a
-vanished peer or a full high-water mark is an exception we count and drop, never a block).
+The main loop does framing and bookkeeping: it reads a message frame by frame (dropping
+frames past Limits.max_frames), checks the per-client in-flight count, answers a SMALL
+request itself (payload <= inline_max: bounded work, and two thread hand-offs saved), and
+queues the others for IDLE workers (a worker is idle after "READY" and after each reply
+batch, so a long job never has work queued behind it while another worker waits; under load
+an idle worker gets up to MAX_JOBS_PER_HANDOFF queued requests in one message).  Workers
+unpack, validate, run the op and send back the packed replies; the main loop forwards them
+to the client with NOBLOCK (ROUTER_MANDATORY is on, so a vanished peer or a full high-water
+mark is an exception we count and drop, never a block).
+
+Streams (op "chunk"): chunks are stored by seq and consumed strictly in order by one worker
+at a time (StreamStore's busy flag); with a bpe_cffi tokenizer whose pattern runs in C each
+consumed chunk is encoded at once up to the last cut that cannot change (bpe_encode_prefix),
+else the chunks are buffered until the final one.
 
 Invariants:
   - every accepted request gets exactly one reply frame (ok or error), except when the client
