@@ -10,6 +10,7 @@ usage:
                                    [--threads 2] [--systems bpe_cffi,hf,rustbpe] [--json OUT]
 The corpus is a name in ../shared/corpora (NAME.txt.xz) or a path (.xz or plain text).
 Numbers on a shared machine are noisy: compare the ratios, measured in one run.
+Peak RSS is VmHWM from /proc (ru_maxrss of a child inherits the parent's size on Linux).
 """
 import argparse
 import json
@@ -54,7 +55,12 @@ elif system == "rustbpe":
     tok.train_from_iterator(docs(), vocab - 1, pattern=r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
     out["n_vocab"] = tok.vocab_size
 out["seconds"] = time.perf_counter() - t0
-out["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM is this process's own peak; ru_maxrss would carry over the parent's RSS across
+# fork + exec on Linux (a floor of the benchmark process's size)
+with open("/proc/self/status") as f:
+    hwm = [line for line in f if line.startswith("VmHWM:")]
+out["peak_mb"] = (int(hwm[0].split()[1]) / 1024 if hwm else
+                  resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 print(json.dumps(out))
 '''
 

@@ -1,16 +1,13 @@
-"""bpe_cffi: byte-level BPE tokenizer; encoder and trainer in C behind CFFI."""
+"""bpe_cffi: byte-level BPE tokenizer; encoder and trainer in C behind CFFI.
+
+    from bpe_cffi import Tokenizer, load, train_bpe
+    tok = Tokenizer.from_tiktoken("cl100k_base.tiktoken", pattern="cl100k")
+    ids = tok.encode("hello world")
+"""
 __version__ = "0.1.0"
 
 from ._native import BPEError  # noqa: E402  (checks the compiled version first)
+from .tokenizer import Tokenizer, load  # noqa: E402
+from .train import train_bpe, train_tokenizer  # noqa: E402
 
-__all__ = ["__version__", "BPEError"]
-
-from .train import train_bpe, train_tokenizer  # noqa: E402,F401
-__all__ += ["train_bpe", "train_tokenizer"]
-
-try:  # parts land one by one; each import is added here as it exists
-    from .tokenizer import Tokenizer, load  # noqa: F401
-    __all__ += ["Tokenizer", "load"]
-except ImportError as exc:  # pragma: no cover - only while the package is incomplete
-    if "bpe_cffi.tokenizer" not in str(exc) and "tokenizer" not in str(exc):
-        raise
+__all__ = ["__version__", "BPEError", "Tokenizer", "load", "train_bpe", "train_tokenizer"]

@@ -25,6 +25,7 @@ would start anyway) or a single stray continuation byte; the latter is the one e
 where a character starts, and the slow path counts those separately.
 """
 import codecs
+import operator
 import weakref
 from itertools import accumulate, chain
 from operator import sub
@@ -50,7 +51,7 @@ class _Tables:
         """Add every id of `ids` not cached yet; raises what tok.decode_single_token_bytes
         raises for an unknown id."""
         for i in set(ids).difference(self.starts):
-            b = tok.decode_single_token_bytes(i)
+            b = tok.decode_single_token_bytes(i if type(i) is int else operator.index(i))
             self.cont[i] = 1 if b and 0x80 <= b[0] < 0xC0 else 0
             self.nbytes[i] = len(b)
             self.starts[i] = len(b.translate(None, _CONT))

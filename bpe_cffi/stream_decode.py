@@ -24,10 +24,38 @@ tests/test_stream_decode.py checks the result against an independent reference o
 above on every short byte sequence and on random ones.
 """
 import codecs
+import operator
+import weakref
 
 __all__ = ["StreamDecoder"]
 
 _utf_8_decode = codecs.utf_8_decode    # (data, errors, final) -> (text, bytes consumed)
+
+# tokenizer -> {int id: token bytes}, shared by its decoders, dropped with the tokenizer.
+# Asking the tokenizer for one token's bytes costs several microseconds (a C call through
+# CFFI with argument checks), more than the rest of feed(); the cache holds at most the
+# vocabulary and only ids actually streamed.
+_BYTES = weakref.WeakKeyDictionary()
+
+
+def _bytes_cache(tok) -> dict:
+    try:
+        cache = _BYTES.get(tok)
+        if cache is None:
+            cache = _BYTES[tok] = {}
+        return cache
+    except TypeError:             # tok not weakly referenceable: a cache per decoder
+        return {}
+
+
+def _as_id(token_id) -> int:
+    """An integer-like id (numpy, torch scalar) as an int; TypeError for bool, float, str."""
+    if isinstance(token_id, bool):
+        raise TypeError("token id must be an int, not bool")
+    try:
+        return operator.index(token_id)
+    except TypeError:
+        raise TypeError(f"token id must be an int, not {type(token_id).__name__}") from None
 
 
 class StreamDecoder:
@@ -39,22 +67,30 @@ class StreamDecoder:
         print(dec.flush())
 
     Not thread-safe (one decoder per stream); the tokenizer it reads from may be shared.
-    Performance: one C call for the token's bytes and one for the decode per id; the pending
-    bytes are kept here rather than in codecs' incremental decoder, whose decode() is Python.
+    Performance: a dict lookup for the token's bytes (see _BYTES) and one C call to decode
+    per id; the pending bytes are kept here rather than in codecs' incremental decoder, whose
+    decode() is Python.
     """
 
-    __slots__ = ("_tok", "_token_bytes", "_pending")
+    __slots__ = ("_tok", "_token_bytes", "_cache", "_pending")
 
     def __init__(self, tok):
         self._tok = tok
         self._token_bytes = tok.decode_single_token_bytes
+        self._cache = _bytes_cache(tok)
         self._pending = b""
 
     def feed(self, token_id: int) -> str:
         """Add one id; return the text it completes ("" while a character is still partial).
         An unknown id raises what tok.decode_single_token_bytes raises, and leaves the state
         unchanged."""
-        return self._push(self._token_bytes(token_id))
+        if type(token_id) is not int:
+            token_id = _as_id(token_id)
+        data = self._cache.get(token_id)
+        if data is None:
+            data = self._token_bytes(token_id)
+            self._cache[token_id] = data
+        return self._push(data)
 
     def feed_many(self, ids) -> str:
         """Add several ids at once; the same text as feeding them one by one, concatenated.

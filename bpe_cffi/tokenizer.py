@@ -23,7 +23,7 @@ from . import formats
 from . import patterns
 from ._native import ffi, lib, raise_for
 
-DEFAULT_CACHE_CAPACITY = 8192     # word-cache entries per thread
+DEFAULT_CACHE_CAPACITY = 32768    # word-cache entries per work slot (~100 B each; see the report)
 
 _RULE_C = {formats.RULE_MERGES: lib.BPE_RULE_MERGES, formats.RULE_TIKTOKEN: lib.BPE_RULE_TIKTOKEN}
 
@@ -78,8 +78,9 @@ class Tokenizer:
         clean = {}
         seen = {}
         for i, b in vocab.items():
-            if type(i) is not int and not (isinstance(i, int) and not isinstance(i, bool)):
+            if isinstance(i, bool) or not hasattr(i, "__index__"):
                 raise TypeError(f"vocab: token id {i!r} is not an int")
+            i = i.__index__()
             if not isinstance(b, (bytes, bytearray, memoryview)):
                 raise TypeError(f"vocab: token {i} must be bytes, not {type(b).__name__}")
             if i < 0 or i >= 2 ** 32 - 1:
@@ -155,6 +156,13 @@ class Tokenizer:
         return cls._from_parts(formats.RULE_TIKTOKEN, vocab, [], special_tokens, pattern, **kw)
 
     @classmethod
+    def train(cls, input_path, vocab_size, special_tokens=None, **options) -> "Tokenizer":
+        """Train a vocabulary on text file(s) (bpe_cffi.train_bpe, same options) and return
+        the tokenizer."""
+        from .train import train_tokenizer
+        return train_tokenizer(input_path, vocab_size, special_tokens, cls=cls, **options)
+
+    @classmethod
     def _from_parts(cls, rule, vocab, merges, special, pattern,
                     cache_capacity=DEFAULT_CACHE_CAPACITY, ignore_merges=True):
         if not isinstance(special, dict):
@@ -205,6 +213,9 @@ class Tokenizer:
         self._ignore_merges = bool(ignore_merges)
         self._cache_capacity = cache_capacity
         self._n_vocab = max(max(vocab, default=-1), max(special_ids, default=-1)) + 1
+        self._id_bytes = dict(vocab)
+        for s_, i in special.items():
+            self._id_bytes[i] = s_.encode("utf-8")
         self._modes = {}
         self._modes_lock = threading.Lock()
         self._py_split = None
@@ -267,6 +278,16 @@ class Tokenizer:
         self._all_mode = self._mode_for("all", ())
 
     # ---- lifetime ---------------------------------------------------------------------------
+
+    def __getstate__(self):
+        """Pickling (e.g. for multiprocessing) sends the parts; the C tokenizer is rebuilt."""
+        return {"rule": self._rule, "vocab": self._vocab, "merges": self._merges,
+                "special": self._special, "pattern": self._pattern_name or self._pattern_regex,
+                "cache_capacity": self._cache_capacity, "ignore_merges": self._ignore_merges}
+
+    def __setstate__(self, state):
+        self._build(state["rule"], state["vocab"], state["merges"], state["special"],
+                    state["pattern"], state["cache_capacity"], state["ignore_merges"])
 
     def close(self) -> None:
         """Free the C tokenizer now.  Safe to call twice; the tokenizer is unusable after."""
@@ -491,7 +512,8 @@ class Tokenizer:
         if num_threads is None:
             num_threads = 0
         if type(num_threads) is not int or num_threads < 0:
-            raise ValueError(f"num_threads must be an int >= 1 (or None), not {num_threads!r}")
+            raise ValueError(f"num_threads must be an int >= 1 (None or 0: one per core), not "
+                             f"{num_threads!r}")
         mode = self._mode_for(allowed_special, disallowed_special)
         n = len(datas)
         if n == 0:
@@ -533,7 +555,8 @@ class Tokenizer:
         if num_threads is None:
             num_threads = 0
         if type(num_threads) is not int or num_threads < 0:
-            raise ValueError(f"num_threads must be an int >= 1 (or None), not {num_threads!r}")
+            raise ValueError(f"num_threads must be an int >= 1 (None or 0: one per core), not "
+                             f"{num_threads!r}")
         if self._cpattern == 0:
             return self._encode_file_py(in_path, out_path, width)
         from .progress import Bar, new_progress, run_cancellable
@@ -678,16 +701,19 @@ class Tokenizer:
             return 0
         cut_c = starts[-2]
         cut = len(text[:cut_c].encode("utf-8"))
-        if self._special:
-            # don't cut inside (or just before the rest of) a possible special token
-            lo = max(0, cut - max_special)
-            for s in self._special:
-                b = s.encode("utf-8")
-                j = data.find(b, lo)
-                while j != -1 and j < cut:
-                    if j + len(b) > cut:
-                        cut = j
-                    j = data.find(b, j + 1)
+        for s in self._special:
+            b = s.encode("utf-8")
+            # not inside (or across) a whole special token near the cut ...
+            j = data.find(b, max(0, cut - len(b) + 1))
+            while j != -1 and j < cut:
+                if j + len(b) > cut:
+                    cut = j
+                j = data.find(b, j + 1)
+            # ... nor after the start of one that the next chunk may complete
+            for k in range(min(len(b) - 1, len(data)), 0, -1):
+                if data.endswith(b[:k]):
+                    cut = min(cut, len(data) - k)
+                    break
         return cut
 
     def _encode_file_py(self, in_path, out_path, width) -> int:
@@ -741,6 +767,12 @@ class Tokenizer:
 
     def decode_bytes(self, ids) -> bytes:
         """The bytes of a sequence of ids; ValueError naming an unknown id."""
+        if type(ids) is list and len(ids) <= 512:
+            # short lists: a dict lookup per id beats building a C array (per-call cost)
+            try:
+                return b"".join(map(self._id_bytes.__getitem__, ids))
+            except (KeyError, TypeError):
+                pass                       # the C path below names the bad id
         ids, arr = self._id_array(ids)
         if not ids:
             return b""
@@ -845,8 +877,10 @@ def load(path, *, pattern: str = None, special_tokens=None, **kw) -> Tokenizer:
                              "special_tokens")
         kw.setdefault("ignore_merges", parts["ignore_merges"])
         if parts["rule"] == formats.RULE_TIKTOKEN:
-            return Tokenizer._from_parts(formats.RULE_TIKTOKEN, parts["vocab"], [], special,
-                                         parts["pattern"], **kw)
+            tok = Tokenizer._from_parts(formats.RULE_TIKTOKEN, parts["vocab"], [], special,
+                                        parts["pattern"], **kw)
+            tok._synth = parts["merges"]     # the merges we synthesized when saving it
+            return tok
         vocab = parts["vocab"]
         formats.check_merges(vocab, parts["merges"], p)
         return Tokenizer._from_parts(formats.RULE_MERGES, vocab, parts["merges"], special,

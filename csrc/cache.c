@@ -31,30 +31,12 @@
 #include "cache.h"
 #include "tokenizer.h"
 
-#define EMPTY UINT32_MAX
+#define EMPTY BPE_CACHE_EMPTY
 #define START_SLOTS 256
 #define START_ARENA 16384
 #define ARENA_PER_ENTRY 48   /* arena limit = capacity * this (an English word needs ~16) */
 
-typedef struct cache_slot {
-    uint64_t hash;     /* full hash of the key */
-    uint32_t rec;      /* offset of the record in the arena; EMPTY when the slot is free */
-    uint16_t key_len;  /* bytes of the key */
-    uint16_t n_ids;    /* ids of the value */
-} cache_slot;
-
-struct bpe_cache {
-    size_t capacity;      /* most entries held at once */
-    size_t count;         /* entries held */
-    cache_slot *tab;      /* mask + 1 slots */
-    size_t mask;
-    uint8_t *arena;       /* records */
-    size_t arena_used;    /* bytes of arena in use */
-    size_t arena_cap;     /* bytes allocated */
-    size_t arena_max;     /* arena never grows past this */
-};
-
-static void clear_table(cache_slot *tab, size_t n)
+static void clear_table(bpe_cache_slot *tab, size_t n)
 {
     size_t i;
     for (i = 0; i < n; i++)
@@ -100,30 +82,11 @@ static void reset(bpe_cache *c)
     c->arena_used = 0;
 }
 
-const uint32_t *bpe_cache_get(const bpe_cache *c, const uint8_t *key, size_t n, uint64_t h,
-                              size_t *n_ids)
-{
-    size_t i = (size_t)h & c->mask;
-    for (;;) {
-        const cache_slot *s = &c->tab[i];
-        if (s->rec == EMPTY)
-            return NULL;
-        if (s->hash == h && s->key_len == n) {
-            const uint8_t *rec = c->arena + s->rec;
-            if (memcmp(rec + 4 * (size_t)s->n_ids, key, n) == 0) {
-                *n_ids = s->n_ids;
-                return (const uint32_t *)(const void *)rec;
-            }
-        }
-        i = (i + 1) & c->mask;
-    }
-}
-
 /* Doubles the table (rehashing); 0 when out of memory. */
 static int grow_table(bpe_cache *c)
 {
     size_t n = (c->mask + 1) * 2, i;
-    cache_slot *t = malloc(n * sizeof *t);
+    bpe_cache_slot *t = malloc(n * sizeof *t);
     if (t == NULL)
         return 0;
     clear_table(t, n);

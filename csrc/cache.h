@@ -7,12 +7,63 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "bpe.h"
 #include "merge.h"
 
 #define BPE_N_SLOTS 64          /* work slots per tokenizer (concurrent cached callers) */
 #define BPE_CACHE_MAX_PIECE 256 /* only pieces shorter than this are cached */
+
+#define BPE_CACHE_EMPTY UINT32_MAX
+
+/* 1 if a[0..n) == b[0..n); inline word compares (keys are short, a libc call costs more). */
+static inline int bpe_bytes_equal(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    uint64_t x, y;
+    uint32_t u, v;
+    while (n >= 8) {
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y)
+            return 0;
+        a += 8;
+        b += 8;
+        n -= 8;
+    }
+    if (n >= 4) {
+        memcpy(&u, a, 4);
+        memcpy(&v, b, 4);
+        if (u != v)
+            return 0;
+        memcpy(&u, a + n - 4, 4);
+        memcpy(&v, b + n - 4, 4);
+        return u == v;
+    }
+    if (n == 0)
+        return 1;   /* n in 1..3: positions 0, n/2 and n-1 cover every byte */
+    return a[0] == b[0] && a[n >> 1] == b[n >> 1] && a[n - 1] == b[n - 1];
+}
+
+/* One slot of the cache's hash table. */
+typedef struct bpe_cache_slot {
+    uint64_t hash;     /* full hash of the key */
+    uint32_t rec;      /* offset of the record in the arena; BPE_CACHE_EMPTY if free */
+    uint16_t key_len;  /* bytes of the key */
+    uint16_t n_ids;    /* ids of the value */
+} bpe_cache_slot;
+
+/* The word cache (see cache.c). */
+struct bpe_cache {
+    size_t capacity;      /* most entries held at once */
+    size_t count;         /* entries held */
+    bpe_cache_slot *tab;  /* mask + 1 slots */
+    size_t mask;
+    uint8_t *arena;       /* records */
+    size_t arena_used;    /* bytes of arena in use */
+    size_t arena_cap;     /* bytes allocated */
+    size_t arena_max;     /* arena never grows past this */
+};
 
 typedef struct bpe_cache bpe_cache;
 
@@ -40,8 +91,24 @@ void bpe_cache_free(bpe_cache *c);   /* NULL is fine */
 
 /* The ids cached for key[0..n) (hash h = bpe_hash_bytes(key, n)) or NULL; *n_ids set on a
  * hit.  The pointer is valid until the next bpe_cache_put on this cache. */
-const uint32_t *bpe_cache_get(const bpe_cache *c, const uint8_t *key, size_t n, uint64_t h,
-                              size_t *n_ids);
+static inline const uint32_t *bpe_cache_get(const bpe_cache *c, const uint8_t *key, size_t n,
+                                            uint64_t h, size_t *n_ids)
+{
+    size_t i = (size_t)h & c->mask;
+    for (;;) {
+        const bpe_cache_slot *s = &c->tab[i];
+        if (s->rec == BPE_CACHE_EMPTY)
+            return NULL;
+        if (s->hash == h && s->key_len == n) {
+            const uint8_t *rec = c->arena + s->rec;
+            if (bpe_bytes_equal(rec + 4 * (size_t)s->n_ids, key, n)) {
+                *n_ids = s->n_ids;
+                return (const uint32_t *)(const void *)rec;
+            }
+        }
+        i = (i + 1) & c->mask;
+    }
+}
 
 /* Remembers key -> ids (n < BPE_CACHE_MAX_PIECE, n_ids <= n).  May evict everything to make
  * room; a failed allocation just leaves the entry out. */

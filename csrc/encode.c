@@ -23,6 +23,7 @@
 #include "pretok.h"
 #include "special.h"
 #include "tokenizer.h"
+#include "utf8.h"
 
 #define CANCEL_EVERY 4096   /* pieces between two looks at the cancel flag */
 
@@ -247,6 +248,8 @@ size_t bpe_stable_prefix(const bpe_tokenizer *tok, const uint8_t *text, size_t l
 {
     const uint8_t *mode = tok->n_special ? special_mode : NULL;
     size_t pos = 0, start, index, hold;
+    /* a character cut short at the end may become a letter (or anything) with more bytes */
+    len = bpe_utf8_complete_prefix(text, len);
     if (mode == NULL)
         return bpe_pretok_safe_cut(tok->pattern, text, len);
     /* Every special token of nonzero mode bounds a segment; one that starts before `hold`

@@ -84,6 +84,8 @@ static int reserve_bytes(bpe_bytes *b, size_t more)
 
 static void drop_front(bpe_bytes *b, size_t n)
 {
+    if (n == 0)
+        return;
     memmove(b->data, b->data + n, b->len - n);
     b->len -= n;
 }
@@ -106,7 +108,8 @@ static int fill(reader *r, size_t want)
     r->raw.len += (size_t)got;
     r->read_total += (uint64_t)got;
     complete = r->eof ? r->raw.len : bpe_utf8_complete_prefix(r->raw.data, r->raw.len);
-    if ((rc = bpe_utf8_replace_invalid(r->raw.data, complete, &r->text)) != BPE_OK)
+    if (complete > 0 &&
+        (rc = bpe_utf8_replace_invalid(r->raw.data, complete, &r->text)) != BPE_OK)
         return rc;
     drop_front(&r->raw, complete);
     return BPE_OK;
@@ -135,6 +138,8 @@ static int next_chunk(reader *r, bpe_bytes *dst)
             break;
         goal *= 2;   /* no stable cut yet: take a longer stretch */
     }
+    if (cut == 0)
+        return BPE_OK;   /* the end of the input */
     if ((rc = reserve_bytes(dst, cut)) != BPE_OK)
         return rc;
     memcpy(dst->data, r->text.data, cut);

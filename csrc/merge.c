@@ -20,14 +20,19 @@
  *
  * Pieces of at most SMALL_PIECE bytes take a simpler path (tiktoken's: arrays and a linear
  * scan for the minimum), which is faster for them and gives identical results because it
- * applies the same (rank, leftmost) rule.
+ * applies the same (rank, leftmost) rule.  Measured (bpe_encode of 4 MB of English prose with
+ * the cache off, CPU time): heap for every piece 0.34 s (GPT-2) / 0.22 s (cl100k); small path
+ * up to 8 bytes 0.14 / 0.13; up to 24 bytes 0.13 / 0.12; up to 64 bytes about the same, so 24
+ * (the scan is quadratic, so a larger bound buys nothing and risks more).
  */
 #include <stdlib.h>
 
 #include "merge.h"
 #include "tokenizer.h"
 
+#ifndef SMALL_PIECE
 #define SMALL_PIECE 24
+#endif
 #define NO_RANK UINT32_MAX
 
 /* ---- small pieces ------------------------------------------------------------------------ */

@@ -62,7 +62,8 @@
 #define M_U (B_UPPER | B_OLET | B_MARK)          /* o200k [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] */
 #define M_W (B_LOWER | B_OLET | B_MARK)          /* o200k [\p{Ll}\p{Lm}\p{Lo}\p{M}] */
 
-static unsigned class_of_cp(uint32_t cp)
+/* Class of a code point (< 0x200000): Latin-1 table, two-stage table, OTHER above U+10FFFF. */
+static inline unsigned class_of_cp(uint32_t cp)
 {
     if (cp < 256) return bpe_uc_latin1[cp];
     if (cp >= 0x110000) return BPE_UC_OTHER;
@@ -70,23 +71,31 @@ static unsigned class_of_cp(uint32_t cp)
                          | (cp & ((1u << BPE_UC_SHIFT) - 1))];
 }
 
-/* Class bit of the non-ASCII character at s[i] (s[i] >= 0x80); *next = the index after it. */
+/* Class bit of the non-ASCII character at s[i] (s[i] >= 0x80); *next = the index after it.
+ * The length comes from the lead byte alone (the text is valid UTF-8); a stray continuation
+ * byte, a lead byte F8..FF or a sequence cut off by len counts as one OTHER byte. */
 static unsigned bit_multi(const uint8_t *s, size_t len, size_t i, size_t *next)
 {
     uint8_t b = s[i];
     uint32_t cp;
-    size_t n;
-    if (b >= 0xF0 && b < 0xF8) { n = 4; cp = b & 0x07; }
-    else if (b >= 0xE0) { n = b < 0xF0 ? 3 : 1; cp = b & 0x0F; }
-    else if (b >= 0xC0) { n = 2; cp = b & 0x1F; }
-    else n = 1;
-    if (n == 1 || n > len - i) {                /* stray byte or truncated: one OTHER byte */
-        *next = i + 1;
-        return B_OTHER;
+    if (b < 0xE0) {
+        if (b < 0xC0 || len - i < 2) goto stray;
+        cp = ((uint32_t)(b & 0x1F) << 6) | (s[i + 1] & 0x3F);
+        *next = i + 2;
+    } else if (b < 0xF0) {
+        if (len - i < 3) goto stray;
+        cp = ((uint32_t)(b & 0x0F) << 12) | ((uint32_t)(s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F);
+        *next = i + 3;
+    } else {
+        if (b >= 0xF8 || len - i < 4) goto stray;
+        cp = ((uint32_t)(b & 0x07) << 18) | ((uint32_t)(s[i + 1] & 0x3F) << 12)
+             | ((uint32_t)(s[i + 2] & 0x3F) << 6) | (s[i + 3] & 0x3F);
+        *next = i + 4;
     }
-    for (size_t k = 1; k < n; k++) cp = (cp << 6) | (s[i + k] & 0x3F);
-    *next = i + n;
     return 1u << class_of_cp(cp);
+stray:
+    *next = i + 1;
+    return B_OTHER;
 }
 
 /* Class bit of the character at s[i] (i < len); *next = the index after it. */
@@ -136,10 +145,17 @@ static inline uint64_t bytes_in(uint64_t w, unsigned lo, unsigned hi)
     return ge_lo & ~gt_hi & ~w & HIGHS;
 }
 
+/* SWAR needs little-endian loads (byte 0 of the text = low byte) and a count-trailing-zeros;
+ * elsewhere ascii_run() falls back to its byte loop. */
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define SWAR 1
 static inline size_t first_set_byte(uint64_t highs)
 {
-    return (size_t)__builtin_ctzll(highs) >> 3;         /* little-endian byte order */
+    return (size_t)__builtin_ctzll(highs) >> 3;
 }
+#else
+#define SWAR 0
+#endif
 
 static inline int is_ascii_letter(uint8_t b) { return (unsigned)((b | 0x20) - 'a') < 26u; }
 static inline int is_ascii_upper(uint8_t b) { return (unsigned)(b - 'A') < 26u; }
@@ -150,6 +166,7 @@ static inline int is_ascii_lower(uint8_t b) { return (unsigned)(b - 'a') < 26u; 
 static inline size_t ascii_run(const uint8_t *s, size_t len, size_t i, unsigned fold,
                                unsigned lo, unsigned hi)
 {
+#if SWAR
     while (i + 8 <= len) {
         uint64_t w;
         memcpy(&w, s + i, 8);
@@ -157,6 +174,7 @@ static inline size_t ascii_run(const uint8_t *s, size_t len, size_t i, unsigned 
         if (stop) return i + first_set_byte(stop);
         i += 8;
     }
+#endif
     while (i < len && (unsigned)((s[i] | fold) - lo) <= hi - lo) i++;
     return i;
 }

@@ -60,7 +60,7 @@ static uint32_t table_lookup(const bpe_bytes_slot *tab, size_t mask, const bpe_t
             return BPE_NO_ID;
         if (s->hash == (uint32_t)h) {
             const bpe_token_ref *r = &tok->by_id[s->id];
-            if (r->len == n && memcmp(tok->bytes + r->off, p, n) == 0)
+            if (r->len == n && bpe_bytes_equal(tok->bytes + r->off, p, n))
                 return s->id;
         }
         i = (i + 1) & mask;

@@ -116,6 +116,8 @@ size_t bpe_trainer_n_words(const bpe_trainer *t)
 
 static int bytes_append(bpe_bytes *b, const uint8_t *p, size_t len)
 {
+    if (len == 0)
+        return BPE_OK;
     if (b->len + len > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + len)
@@ -164,7 +166,8 @@ int bpe_trainer_result(const bpe_trainer *t, bpe_bytes *token_bytes, bpe_ids *to
         return rc;
     for (size_t i = 0; i <= t->n_tokens; i++)
         token_offsets->ids[token_offsets->len++] = (uint32_t)t->tok_off[i];
-    memcpy(merges->ids + merges->len, t->merges, 3 * t->n_merges * sizeof *t->merges);
+    if (t->n_merges)
+        memcpy(merges->ids + merges->len, t->merges, 3 * t->n_merges * sizeof *t->merges);
     merges->len += 3 * t->n_merges;
     return BPE_OK;
 }

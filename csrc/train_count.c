@@ -128,6 +128,10 @@ static size_t find_cut(const bpe_trainer *t, const uint8_t *text, size_t len)
     size_t seg = last_special_end(t, text, len);
     size_t keep = t->special ? bpe_special_max_len(t->special) : 0;
     size_t limit = keep > 1 ? (len > keep - 1 ? len - (keep - 1) : 0) : len;
+    /* end the view on a character boundary (the text is valid UTF-8 after conversion, so
+     * len itself is one): bpe_pretok_safe_cut misjudges a character cut in half */
+    while (limit > seg && limit < len && (text[limit] & 0xC0) == 0x80)
+        limit--;
     if (limit > seg) {
         size_t c = bpe_pretok_safe_cut(t->pattern, text + seg, limit - seg);
         if (c == 0 && limit < len)
@@ -170,7 +174,8 @@ static int next_chunk(reader *r, bpe_bytes *chunk)
         chunk->len = 0;
         return rc;
     }
-    memcpy(r->text.data, whole.data + cut, whole.len - cut);
+    if (whole.len > cut)
+        memcpy(r->text.data, whole.data + cut, whole.len - cut);
     r->text.len = whole.len - cut;
     *chunk = whole;
     chunk->len = cut;
@@ -275,8 +280,9 @@ int bpe_trainer_count_file(bpe_trainer *t, const char *path, bpe_progress *progr
     if (fd < 0)
         return BPE_ERR_IO;
     struct stat st;
-    if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
-        int e = S_ISDIR(st.st_mode) ? EISDIR : errno;
+    int bad = fstat(fd, &st) != 0 ? errno : (S_ISDIR(st.st_mode) ? EISDIR : 0);
+    if (bad) {
+        int e = bad;
         close(fd);
         errno = e;
         return BPE_ERR_IO;

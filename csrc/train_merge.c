@@ -108,6 +108,8 @@ static int token_append(tokens *k, uint32_t left, uint32_t right, uint32_t *id)
         *id = found;
         return BPE_OK;
     }
+    if (t->n_tokens >= t->tok_cap)
+        return BPE_ERR_TOOBIG;     /* cannot happen: tok_cap bounds the possible merges */
     t->tok_bytes_len += ll + lr;
     t->tok_off[t->n_tokens + 1] = t->tok_bytes_len;
     *id = (uint32_t)t->n_tokens++;
@@ -720,10 +722,18 @@ static int state_init(state *st, bpe_trainer *t)
     memset(st, 0, sizeof *st);
     st->t = t;
     st->h.t = t;
+    int rc = build_words(st);
+    if (rc != BPE_OK)
+        return rc;
+    /* every merge removes at least one symbol, and a word keeps at least one: no more than
+     * sum(len - 1) merges can happen, whatever vocab_size asks for */
+    size_t possible = 0;
+    for (size_t w = 0; w < st->ws.n; w++)
+        possible += st->ws.len[w] - 1;
     size_t max_tokens = t->vocab_size - t->n_special;
-    int rc = tokens_init(&st->tok, t, max_tokens < 256 ? 256 : max_tokens);
-    if (rc == BPE_OK)
-        rc = build_words(st);
+    if (max_tokens > 256 + possible)
+        max_tokens = 256 + possible;
+    rc = tokens_init(&st->tok, t, max_tokens < 256 ? 256 : max_tokens);
     if (rc == BPE_OK)
         rc = count_initial_pairs(st);
     if (rc != BPE_OK)

@@ -49,6 +49,11 @@ def real_tokenizer(name):
         Tokenizer = None
     if Tokenizer is None or not hasattr(Tokenizer, "from_files"):
         pytest.skip("bpe_cffi.Tokenizer is not available yet")
+    try:    # the Python-API tests' cached builders: build each vocabulary once per session
+        from pyapi_helpers import ours
+        return ours(name)
+    except ImportError:
+        pass
     if name == "gpt2":
         return Tokenizer.from_files(str(vocab_path("gpt2_vocab.json")),
                                     str(vocab_path("gpt2_merges.txt")),
@@ -71,18 +76,27 @@ def tokenizer(kind, name):
     return _CACHE[key]
 
 
-def hf_gpt2():
-    """HF tokenizer giving tiktoken's GPT-2 ids: BPE from vocab.json/merges.txt, ByteLevel
-    pre-tokenizer (add_prefix_space=False, its GPT-2 regex), no normalizer, no post-processor
-    (so no offset trimming), <|endoftext|> as an added special token."""
+def hf_gpt2(config="bytelevel"):
+    """HF tokenizer giving tiktoken's GPT-2 ids: BPE from vocab.json/merges.txt, no normalizer,
+    no post-processor (so no offset trimming), <|endoftext|> as an added special token, and
+    as pre-tokenizer either
+      "bytelevel": ByteLevel(add_prefix_space=False), which splits with its own GPT-2 regex, or
+      "split":     Split(tiktoken's GPT-2 regex, "isolated") then ByteLevel(use_regex=False).
+    Both give tiktoken's ids and the same offsets on the corpora (tests/test_offsets.py)."""
     tokenizers = pytest.importorskip("tokenizers")
-    from tokenizers import AddedToken, models, pre_tokenizers, decoders
-    key = ("hf", "gpt2")
+    from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+    key = ("hf", "gpt2", config)
     if key not in _CACHE:
         bpe = models.BPE.from_file(str(vocab_path("gpt2_vocab.json")),
                                    str(vocab_path("gpt2_merges.txt")))
         hf = tokenizers.Tokenizer(bpe)
-        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        if config == "bytelevel":
+            hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        else:
+            from bpe_cffi.patterns import GPT2
+            hf.pre_tokenizer = pre_tokenizers.Sequence([
+                pre_tokenizers.Split(Regex(GPT2), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
         hf.decoder = decoders.ByteLevel()
         hf.add_special_tokens([AddedToken("<|endoftext|>", special=True, normalized=False)])
         _CACHE[key] = hf

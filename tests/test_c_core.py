@@ -799,3 +799,56 @@ def test_encode_file_errors_clean_up(tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_bytes(b"")
     assert encode_file(tok, empty, dst)[0] == 0 and dst.read_bytes() == b""
+
+
+def test_tokenizers_created_and_freed_from_many_threads():
+    """Caches belong to their tokenizer: building, using and freeing many tokenizers from
+    several threads at once gives correct ids (and no cross-talk between instances)."""
+    rng = random.Random(5)
+    vocabs = []
+    for k in range(6):
+        ranks = random_tiktoken_vocab(rng, b"abc ", 40)
+        pieces = [random_text(rng, b"abc ", rng.randrange(1, 30)) for _ in range(60)]
+        vocabs.append((ranks, pieces, [i for p in pieces for i in ref_tiktoken(p, ranks, 1)]))
+    errors = []
+
+    def work(k):
+        for r in range(15):
+            ranks, pieces, expect = vocabs[(k + r) % len(vocabs)]
+            t = CTok(list(ranks.items()), lib.BPE_RULE_TIKTOKEN, ignore_merges=1, cache=16)
+            try:
+                if t.ok().pieces(pieces + pieces) != expect + expect:
+                    errors.append((k, r))
+            finally:
+                t.close()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_encode_file_cancel_midway(tmp_path, small_chunks):
+    """A cancel set while the call runs (seen through progress.done moving) stops it, and the
+    output and its temporary file are gone."""
+    tok, enc = native_tokenizer("gpt2")
+    src, dst = tmp_path / "in.txt", tmp_path / "out.bin"
+    src.write_bytes(read_corpus("en_books", 400_000).encode() * 20)
+    prog = ffi.new("bpe_progress *")
+    result = {}
+
+    def run():
+        result["rc"] = lib.bpe_encode_file(tok.ptr, str(src).encode(), str(dst).encode(), 4,
+                                           ffi.NULL, 1, prog, ffi.new("uint64_t *"), ffi.NULL)
+
+    t = threading.Thread(target=run)
+    t.start()
+    while prog.done == 0 and t.is_alive():
+        pass
+    prog.cancel = 1
+    t.join()
+    assert result["rc"] == lib.BPE_ERR_CANCELLED
+    assert 0 < prog.done < prog.total == src.stat().st_size
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]

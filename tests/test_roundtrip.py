@@ -22,9 +22,21 @@ def trained_tok(pattern="gpt2"):
     return Tokenizer(vocab, merges, ["<|endoftext|>", "<|pad|>"], pattern=pattern)
 
 
+def trained_tiktoken_tok():
+    """The small trained vocabulary under tiktoken's rule (rank = id), via a .tiktoken file."""
+    import tempfile
+    from bpe_cffi import formats
+    vocab, _ = small_trained()
+    with tempfile.TemporaryDirectory() as d:
+        p = f"{d}/small.tiktoken"
+        formats.write_tiktoken(vocab, p)
+        return Tokenizer.from_tiktoken(p, pattern="cl100k",
+                                       special_tokens={"<|endoftext|>": len(vocab) + 5})
+
+
 MAKERS = {
     "gpt2": lambda: ours("gpt2"),
-    "cl100k": lambda: ours("cl100k_base"),
+    "trained-tiktoken": trained_tiktoken_tok,
     "trained": lambda: trained_tok(),
     "trained-o200k": lambda: trained_tok("o200k"),
     "trained-regex": lambda: trained_tok(CUSTOM_REGEX),
@@ -59,9 +71,9 @@ def test_decode_encode_roundtrip_trained(s):
         assert tok.decode(tok.encode(s)) == expected
 
 
-@pytest.mark.parametrize("kind", list(MAKERS))
+@pytest.mark.parametrize("kind", list(MAKERS) + (["cl100k"] if LONG else []))
 def test_save_load_roundtrip(tmp_path, kind):
-    tok = MAKERS[kind]()
+    tok = MAKERS[kind]() if kind in MAKERS else ours("cl100k_base")
     p = tmp_path / "tokenizer.json"
     tok.save(p)
     back = load(p)
@@ -134,3 +146,25 @@ def test_hf_parity_tiktoken_rule(hf_for, corpus):
     text = corpus_slice(corpus, 1_000_000 if LONG else 100_000)
     diffs = count_diffs(tok, hf, [text, "<|endoftext|>x<|fim_prefix|>"])
     assert diffs <= HF_TIKTOKEN_RULE_BOUND
+
+
+def test_load_hf_native_tokenizer_json(tmp_path):
+    """A tokenizer.json written by HF itself (no bpe_cffi key; ByteLevel pre-tokenizer with
+    its built-in regex) loads as the GPT-2 merge-rule tokenizer."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import decoders, models, pre_tokenizers
+    from conftest import vocab_path
+    from pyapi_helpers import reference
+    h = tokenizers.Tokenizer(models.BPE.from_file(str(vocab_path("gpt2_vocab.json")),
+                                                  str(vocab_path("gpt2_merges.txt"))))
+    h.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    h.decoder = decoders.ByteLevel()
+    h.add_special_tokens(["<|endoftext|>"])
+    p = tmp_path / "hf.json"
+    h.save(str(p))
+    tok = load(p)
+    assert tok.rule == "merges" and tok.pattern == "gpt2"
+    assert tok.special_tokens == {"<|endoftext|>": 50256}
+    enc = reference("gpt2")
+    text = corpus_slice("web", 100_000)
+    assert tok.encode(text) == enc.encode(text, allowed_special="all")

@@ -292,3 +292,108 @@ def test_constructor_rejects_bad_vocab_and_merges():
         Tokenizer(base, [], pattern="(unclosed")
     with pytest.raises(ValueError, match="empty"):
         Tokenizer(base, [], [""])
+
+
+CANCEL_SCRIPT = r"""
+import os, signal, sys, threading, time
+sys.path[:0] = {paths!r}
+from bpe_cffi import Tokenizer
+tok = Tokenizer.from_tiktoken({vocab!r}, pattern="cl100k")
+out = {out!r}
+threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+t0 = time.monotonic()
+try:
+    tok.encode_file({src!r}, out, progress=True, num_threads=2)
+    print("finished", time.monotonic() - t0)
+except KeyboardInterrupt:
+    print("interrupted", time.monotonic() - t0, os.path.exists(out), threading.active_count())
+"""
+
+
+def test_encode_file_ctrl_c_cancels(tmp_path):
+    """SIGINT during encode_file: KeyboardInterrupt soon after, no output file, no thread."""
+    import os
+    import subprocess
+    import sys
+    from conftest import vocab_path
+    from pyapi_helpers import corpus_slice
+    import bpe_cffi
+    chunk = corpus_slice("web", 400_000)
+    src = tmp_path / "big.txt"
+    with open(src, "w", encoding="utf-8") as f:
+        for _ in range(200):                     # ~80 MB: many seconds of work
+            f.write(chunk)
+    out = tmp_path / "big.bin"
+    script = CANCEL_SCRIPT.format(paths=[os.path.dirname(os.path.dirname(bpe_cffi.__file__))],
+                                  vocab=str(vocab_path("cl100k_base.tiktoken")),
+                                  out=str(out), src=str(src))
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    word, elapsed, *rest = res.stdout.split()
+    assert word == "interrupted", res.stdout
+    assert float(elapsed) < 0.5 + 5.0
+    assert rest == ["False", "2"]                # output removed; main + Timer thread only
+    assert "encode big.txt" in res.stderr        # the progress bar was drawn
+
+
+def test_cli_encode(tmp_path, capsys):
+    numpy = pytest.importorskip("numpy")
+    from conftest import vocab_path
+    from pyapi_helpers import corpus_slice
+    from bpe_cffi import cli, load
+    text = corpus_slice("code", 100_000)
+    src = tmp_path / "in.txt"
+    src.write_text(text, encoding="utf-8")
+    out = tmp_path / "out.bin"
+    vocab = vocab_path("gpt2_vocab.json")                # gpt2_merges.txt is found beside it
+    assert cli.main(["encode", "--tokenizer", str(vocab), str(src), "-o", str(out),
+                     "--no-progress", "--threads", "2"]) == 0
+    assert numpy.fromfile(out, dtype="<u2").tolist() == load(vocab).encode(text)
+    assert "tokens (uint16) written" in capsys.readouterr().err
+    assert cli.main(["encode", "--tokenizer", str(vocab), str(tmp_path / "nope.txt"),
+                     "-o", str(out)]) == 1
+    assert "nope.txt" in capsys.readouterr().err
+    o200k = vocab_path("o200k_base.tiktoken")
+    assert cli.main(["encode", "--tokenizer", str(o200k), str(src), "-o", str(out),
+                     "--dtype", "uint16", "--no-progress"]) == 1
+    assert "uint16" in capsys.readouterr().err
+    assert cli.main(["encode", "--tokenizer", str(tmp_path / "missing.json"), str(src),
+                     "-o", str(out)]) == 1
+    assert "missing.json" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["encode", "--help"])
+    assert "numpy.fromfile" in capsys.readouterr().out
+
+
+def test_pickle_and_custom_pattern_encode_file(tmp_path):
+    import pickle
+    numpy = pytest.importorskip("numpy")
+    vocab, merges = small_trained()
+    tok = Tokenizer(vocab, merges, SPECIALS, pattern=CUSTOM_REGEX)
+    back = pickle.loads(pickle.dumps(tok))
+    texts = random_texts(seed=12, n=100)
+    assert [back.encode(t) for t in texts] == [tok.encode(t) for t in texts]
+    assert back.special_tokens == tok.special_tokens and back.pattern == tok.pattern
+    text = "".join(texts) * 3
+    src = tmp_path / "in.txt"
+    src.write_bytes(text.encode("utf-8") + b"\xff tail")
+    out = tmp_path / "o.bin"
+    n = tok.encode_file(src, out, progress=False)
+    got = numpy.fromfile(out, dtype="<u2").tolist()
+    assert n == len(got)
+    assert got == tok.encode(text + "\ufffd tail")
+    gpt2 = ours("gpt2")
+    assert pickle.loads(pickle.dumps(gpt2)).encode("hello <|endoftext|>") == \
+        gpt2.encode("hello <|endoftext|>")
+
+
+def test_train_classmethod_roundtrip(tmp_path):
+    from conftest import cs336_path
+    src = cs336_path("tinystories_sample.txt")
+    tok = Tokenizer.train(src, 400, ["<|endoftext|>"])
+    assert tok.n_vocab == 400 and "<|endoftext|>" in tok.special_tokens
+    text = src.read_text(encoding="utf-8")[:20_000]
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text
+    assert ids == reference_for(tok).encode(text)

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# sanitize.sh - run the C core under AddressSanitizer + UndefinedBehaviorSanitizer.
+#
+# Usage (from anywhere, inside the venv where bpe_cffi is installed with `pip install -e .`):
+#     scripts/sanitize.sh                       # whole suite: python -m pytest -q tests
+#     scripts/sanitize.sh tests/test_c_core.py  # a subset; extra args go to pytest
+#     SANITIZE_SKIP_PYTEST=1 scripts/sanitize.sh   # only the leak check of the C core
+#     SANITIZE_SKIP_DRIVER=1 scripts/sanitize.sh    # only the pytest run
+#
+# What it does:
+#   1. LeakSanitizer-clean check of the C core alone: compiles csrc/*.c together with a small C
+#      driver (below) with -fsanitize=address,undefined and runs it with detect_leaks=1.  The
+#      driver builds tokenizers (both rules, special tokens), encodes (single, prefix, pieces,
+#      batch on 3 threads, file on 2 threads), decodes, hits the error paths and frees it all.
+#   2. Rebuilds the CFFI extension in place with BPE_CFFI_SANITIZE=1 (see build_ffi.py) and
+#      runs pytest with the ASan runtime preloaded into Python (LD_PRELOAD), leak detection off
+#      there (CPython's own allocations are noisy), every UBSan finding fatal.
+#   3. Always rebuilds the normal optimised extension at exit, so the worktree is left as found.
+# Exit status: nonzero if the build, the driver or any test fails, or a sanitizer reports.
+# Needs gcc (or CC=clang with its own runtime path in ASAN_LIB) and the libasan runtime.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+CC="${CC:-gcc}"
+ASAN_LIB="${ASAN_LIB:-$($CC -print-file-name=libasan.so)}"
+PY="${PYTHON:-python}"
+FLAGS="-std=c99 -pthread -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -O1 -g \
+ -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
+
+rebuild_normal() {
+    echo "== sanitize.sh: rebuilding the normal extension" >&2
+    (cd "$ROOT" && env -u BPE_CFFI_SANITIZE "$PY" build_ffi.py >/dev/null 2>&1) || true
+}
+
+# ---- 1. the C core alone, with leak detection -------------------------------------------------
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"; rebuild_normal' EXIT
+cat > "$WORK/driver.c" <<'EOF'
+/* Exercises the public API on a synthetic vocabulary; returns nonzero on a wrong result. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "bpe.h"
+
+#define CHECK(c) do { if (!(c)) { fprintf(stderr, "driver: check failed line %d: %s\n", \
+    __LINE__, #c); return 1; } } while (0)
+
+static int run(int rule)
+{
+    uint8_t bytes[1024];
+    size_t offs[300], n = 0, pos = 0, i, bad = 0, info = 0, consumed = 0;
+    uint32_t ids[300], merges[] = {'a', 'a', 'b', 'c', 256, 'a'};
+    const char *extra[] = {"aa", "bc", "aaa"};
+    const char *special = "<|end|><|end|><|end|>";
+    size_t soffs[] = {0, 7, 21};
+    uint32_t sids[] = {900, 901};
+    uint8_t mode[] = {BPE_SPECIAL_ALLOWED, BPE_SPECIAL_ALLOWED};
+    bpe_spec spec;
+    bpe_tokenizer *tok = NULL;
+    bpe_ids out = {0}, outs[3];
+    bpe_bytes dec = {0};
+    const char *text = "aaaa bc <|end|><|end|><|end|> aaab \xff end <|en";
+    const uint8_t *texts[3];
+    size_t lens[3];
+    uint64_t n_tok = 0;
+    bpe_progress prog = {0};
+    FILE *f;
+    for (i = 0; i < 256; i++) {
+        bytes[pos] = (uint8_t)i; offs[n] = pos++; ids[n] = (uint32_t)i; n++;
+    }
+    for (i = 0; i < 3; i++) {
+        memcpy(bytes + pos, extra[i], strlen(extra[i])); offs[n] = pos; pos += strlen(extra[i]);
+        ids[n] = (uint32_t)(256 + i); n++;
+    }
+    offs[n] = pos;
+    memset(&spec, 0, sizeof spec);
+    spec.rule = rule; spec.pattern = BPE_PATTERN_GPT2; spec.ignore_merges = rule;
+    spec.cache_capacity = 4;
+    spec.n_tokens = n; spec.token_bytes = bytes; spec.token_offsets = offs; spec.token_ids = ids;
+    spec.n_merges = rule == BPE_RULE_MERGES ? 3 : 0; spec.merges = merges;
+    spec.n_special = 2; spec.special_bytes = (const uint8_t *)special;
+    spec.special_offsets = soffs; spec.special_ids = sids;
+    CHECK(bpe_tokenizer_new(&spec, &tok, &bad) == BPE_OK);
+    CHECK(bpe_encode(tok, (const uint8_t *)text, strlen(text), mode, &out, &info) == BPE_OK);
+    CHECK(out.len > 5 && out.ids[0] == 256 && out.ids[1] == 256);
+    CHECK(bpe_decode(tok, out.ids, out.len, &dec, &bad) == BPE_OK);
+    CHECK(dec.len == strlen(text) && memcmp(dec.data, text, dec.len) == 0);
+    out.len = 0;
+    CHECK(bpe_encode_prefix(tok, (const uint8_t *)text, strlen(text), mode, 0, &out, &consumed,
+                            &info) == BPE_OK);
+    CHECK(consumed <= strlen(text) - 4);
+    for (i = 0; i < 3; i++) {
+        texts[i] = (const uint8_t *)text; lens[i] = strlen(text) - i;
+        memset(&outs[i], 0, sizeof outs[i]);
+    }
+    CHECK(bpe_encode_batch(tok, 3, texts, lens, mode, 3, outs, &info) == BPE_OK);
+    for (i = 0; i < 3; i++) bpe_ids_free(&outs[i]);
+    mode[0] = BPE_SPECIAL_DISALLOWED;
+    CHECK(bpe_encode(tok, (const uint8_t *)text, strlen(text), mode, &out, &info) ==
+          BPE_ERR_DISALLOWED && info == 0);
+    CHECK(bpe_encode_batch(tok, 3, texts, lens, mode, 3, outs, &info) == BPE_ERR_DISALLOWED);
+    for (i = 0; i < 3; i++) bpe_ids_free(&outs[i]);
+    mode[0] = BPE_SPECIAL_ALLOWED;
+    CHECK((f = fopen("in.txt", "wb")) != NULL);
+    for (i = 0; i < 20000; i++) fputs(text, f);
+    fclose(f);
+    CHECK(bpe_encode_file(tok, "in.txt", "out.bin", 2, mode, 2, &prog, &n_tok, &info) == BPE_OK);
+    CHECK(n_tok > 20000 && prog.done == prog.total);
+    prog.cancel = 1;
+    CHECK(bpe_encode_file(tok, "in.txt", "out2.bin", 4, mode, 2, &prog, &n_tok, &info) ==
+          BPE_ERR_CANCELLED);
+    CHECK(bpe_encode_file(tok, "missing.txt", "out2.bin", 4, mode, 2, NULL, &n_tok, &info) ==
+          BPE_ERR_IO);
+    {
+        uint32_t unknown = 5000;
+        CHECK(bpe_decode(tok, &unknown, 1, &dec, &bad) == BPE_ERR_ID && bad == 0);
+    }
+    bpe_ids_free(&out);
+    bpe_bytes_free(&dec);
+    bpe_tokenizer_free(tok);
+    ids[n - 1] = ids[1];   /* duplicate id: an error path that must not leak */
+    CHECK(bpe_tokenizer_new(&spec, &tok, &bad) == BPE_ERR_VOCAB && tok == NULL);
+    return 0;
+}
+
+int main(void)
+{
+    return run(BPE_RULE_MERGES) || run(BPE_RULE_TIKTOKEN);
+}
+EOF
+if [ -z "${SANITIZE_SKIP_DRIVER:-}" ]; then
+    echo "== sanitize.sh: C core leak check ($CC)" >&2
+    $CC $FLAGS -Icsrc "$WORK/driver.c" csrc/*.c -o "$WORK/driver"
+    (cd "$WORK" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+        UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ./driver)
+    echo "== sanitize.sh: C core leak check passed" >&2
+fi
+[ -n "${SANITIZE_SKIP_PYTEST:-}" ] && exit 0
+
+# ---- 2. the extension under the sanitizers, driven by pytest --------------------------------
+echo "== sanitize.sh: building the sanitized extension" >&2
+CC="$CC" BPE_CFFI_SANITIZE=1 "$PY" build_ffi.py >/dev/null
+[ $# -eq 0 ] && set -- tests
+echo "== sanitize.sh: pytest $* under ASan/UBSan" >&2
+LD_PRELOAD="$ASAN_LIB" \
+ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1" \
+UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+    "$PY" -m pytest -q -p no:cacheprovider --capture=sys "$@"
+# (--capture=sys: pytest must not capture fd 2, or a sanitizer report is lost with the abort)
