@@ -1048,10 +1048,13 @@ class Server:
                 if not job[0] and job[1] == _STOP:
                     break
                 frames = [_DONE]
-                for i in range(0, len(job) - 2, 3):
-                    for r_ident, r_flag, reply in handle(job[i], job[i + 1], job[i + 2]):
-                        frames += (r_ident, r_flag, reply)
-                sock.send_multipart(frames)
+                try:
+                    for i in range(0, len(job) - 2, 3):
+                        for r_ident, r_flag, reply in handle(job[i], job[i + 1], job[i + 2]):
+                            frames += (r_ident, r_flag, reply)
+                except Exception as exc:  # pragma: no cover - handle() answers everything
+                    sys.stderr.write(f"bpe-cffi daemon: worker error {exc!r}\n")
+                sock.send_multipart(frames)    # always: the main loop counts on DONE
         except zmq.ContextTerminated:  # pragma: no cover
             pass
         finally:

@@ -30,6 +30,8 @@ def daemon(paths):
     d = Daemon(paths, workers=2)
     yield d
     d.stop()
+    err = d.stderr_text()
+    assert "Traceback" not in err and "worker error" not in err, err[-3000:]
 
 
 @pytest.fixture(scope="module")

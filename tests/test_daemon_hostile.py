@@ -38,6 +38,8 @@ def daemon(path):
                workers=2)
     yield d
     d.stop()
+    err = d.stderr_text()
+    assert "Traceback" not in err and "worker error" not in err, err[-3000:]
 
 
 def dealer(endpoint, ctx=None):
