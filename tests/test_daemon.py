@@ -412,3 +412,24 @@ def test_async_client_timeouts_and_failover(daemon, refs):
     with Client([dead, daemon.endpoint], timeout=2, retries=2) as c:
         assert [c.encode(f"t {i}") for i in range(10)] == [tok.encode(f"t {i}")
                                                               for i in range(10)]
+
+
+def test_count_limit_on_a_long_text(daemon, refs):
+    """Long texts: the daemon may stop once the limit is passed (streaming count); the count
+    is exact whenever the limit is not exceeded."""
+    tok = refs["cl100k"]
+    text = "word and 12345 more words, " * 8000            # ~216 KB
+    n = len(tok.encode(text))
+    s = raw_socket(daemon.endpoint)
+    try:
+        s.send(P.packb({"op": "count", "id": 1, "text": text, "limit": 10_000}))
+        rep = recv_reply(s)
+        assert rep["ok"] and rep["exceeded"] is True and 10_000 < rep["count"] <= n
+        s.send(P.packb({"op": "count", "id": 2, "text": text, "limit": n}))
+        rep = recv_reply(s)
+        assert rep == {"id": 2, "ok": True, "count": n, "exceeded": False, "exact": True}
+        s.send(P.packb({"op": "count", "id": 3, "text": text, "limit": n - 1}))
+        rep = recv_reply(s)
+        assert rep["exceeded"] is True and rep["count"] == n
+    finally:
+        s.close()
