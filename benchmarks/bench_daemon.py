@@ -14,7 +14,6 @@ against the in-process ids.  Numbers on a shared machine are noisy: read the RAT
 import argparse
 import multiprocessing as mp
 import os
-import statistics
 import subprocess
 import sys
 import time

@@ -5,13 +5,20 @@ Data flow.  The main thread owns every socket except the workers' own:
     clients (DEALER/REQ) --tcp--> frontend ROUTER --(main loop)--> backend ROUTER --inproc-->
     worker DEALERs (one per thread; each calls the tokenizer, whose C code drops the GIL)
 
-The main loop does only framing and bookkeeping, never msgpack work on the hot path: it reads a
-message frame by frame (dropping frames past Limits.max_frames), checks the per-client
-in-flight count, queues the payload, and hands queued payloads to IDLE workers (a worker is
-idle after "READY" and after each reply batch, so a long job never has work queued behind it
-while another worker waits).  Workers unpack, validate, run the op and send back the packed
-replies; the main loop forwards them to the client with NOBLOCK (ROUTER_MANDATORY is on, so a
-vanished peer or a full high-water mark is an exception we count and drop, never a block).
+The main loop does framing and bookkeeping: it reads a message frame by frame (dropping
+frames past Limits.max_frames), checks the per-client in-flight count, answers a SMALL
+request itself (payload <= inline_max: bounded work, and two thread hand-offs saved), and
+queues the others for IDLE workers (a worker is idle after "READY" and after each reply
+batch, so a long job never has work queued behind it while another worker waits; under load
+an idle worker gets up to MAX_JOBS_PER_HANDOFF queued requests in one message).  Workers
+unpack, validate, run the op and send back the packed replies; the main loop forwards them
+to the client with NOBLOCK (ROUTER_MANDATORY is on, so a vanished peer or a full high-water
+mark is an exception we count and drop, never a block).
+
+Streams (op "chunk"): chunks are stored by seq and consumed strictly in order by one worker
+at a time (StreamStore's busy flag); with a bpe_cffi tokenizer whose pattern runs in C each
+consumed chunk is encoded at once up to the last cut that cannot change (bpe_encode_prefix),
+else the chunks are buffered until the final one.
 
 Invariants:
   - every accepted request gets exactly one reply frame (ok or error), except when the client
@@ -179,6 +186,7 @@ class StreamStore:
         self.limits = limits
         self.lock = threading.Lock()
         self.streams = {}
+        self.dead = collections.OrderedDict()
         self.per_client = collections.Counter()
         self.total_bytes = 0
 
@@ -202,11 +210,20 @@ class StreamStore:
             del self.per_client[key[0]]
         return st
 
-    def _fail(self, st, code, message):
-        """Turns the stream into a tombstone; returns its deferred final (to answer) or None."""
-        self._drop_data(st)
+    MAX_DEAD = 4096
+
+    def _fail(self, key, st, code, message):
+        """Kills the stream: its state goes, a small tombstone (key -> code, message) stays so
+        that its later chunks get the same error (bounded: the oldest are forgotten first, and
+        all after stream_idle_s).  Returns its deferred final (to answer) or None."""
         st.failed = (code, message)
         d, st.deferred = st.deferred, None
+        if self.streams.get(key) is st:
+            self._remove(key)
+        self.dead[key] = (code, message, st.touched)
+        self.dead.move_to_end(key)
+        while len(self.dead) > self.MAX_DEAD:
+            self.dead.popitem(last=False)
         return d
 
     def add(self, ident, flag, req_id, stream_id, seq, data, final, opts, now):
@@ -219,6 +236,9 @@ class StreamStore:
         key = (ident, stream_id)
         with self.lock:
             st = self.streams.get(key)
+            if st is None and key in self.dead:
+                code, message, _ = self.dead[key]
+                return "error", (code, message, None)
             if st is None:
                 if len(self.streams) >= lim.max_streams:
                     return "error", (P.E_STREAM, f"too many open streams ({lim.max_streams})", None)
@@ -228,19 +248,18 @@ class StreamStore:
                 st = self.streams[key] = _Stream(now)
                 self.per_client[ident] += 1
             st.touched = now
-            if st.failed:
-                return "error", (st.failed[0], st.failed[1], None)
             if seq in st.parts or seq < st.next_seq:
                 return "ack", None                         # a resent duplicate
             if st.final_seq is not None and (seq > st.final_seq or final):
-                d = self._fail(st, P.E_STREAM, f"chunk {seq} after final chunk {st.final_seq}")
+                d = self._fail(key, st, P.E_STREAM, f"chunk {seq} after final chunk "
+                               f"{st.final_seq}")
                 return "error", (P.E_STREAM, st.failed[1], d)
             if final and (any(s > seq for s in st.parts) or st.next_seq > seq + 1):
-                d = self._fail(st, P.E_STREAM, f"final chunk {seq} but chunks after it were "
+                d = self._fail(key, st, P.E_STREAM, f"final chunk {seq} but chunks after it were "
                                "received")
                 return "error", (P.E_STREAM, st.failed[1], d)
             if st.nbytes + len(data) > lim.max_stream_bytes:
-                d = self._fail(st, P.E_TOO_LARGE, "streamed document over "
+                d = self._fail(key, st, P.E_TOO_LARGE, "streamed document over "
                                f"{lim.max_stream_bytes} bytes")
                 return "error", (P.E_TOO_LARGE, st.failed[1], d)
             if self.total_bytes + len(data) > lim.max_stream_total_bytes:
@@ -295,32 +314,42 @@ class StreamStore:
             st.busy = False
             if st.failed:
                 return None
-            return self._fail(st, code, message)
+            return self._fail(key, st, code, message)
 
     def abort(self, ident, stream_id):
         """Forgets a stream; returns (existed, deferred final or None)."""
         with self.lock:
-            st = self.streams.get((ident, stream_id))
+            key = (ident, stream_id)
+            st = self.streams.get(key)
             if st is None:
-                return False, None
-            d, st.deferred = st.deferred, None
-            st.failed = (P.E_STREAM, "stream aborted")
-            self._remove((ident, stream_id))
-            return True, d
+                # maybe its chunks are still on their way: they will find the tombstone
+                existed = key in self.dead
+                self.dead[key] = (P.E_STREAM, "stream aborted", time.monotonic())
+                self.dead.move_to_end(key)
+                while len(self.dead) > self.MAX_DEAD:
+                    self.dead.popitem(last=False)
+                return existed, None
+            return True, self._fail(key, st, P.E_STREAM, "stream aborted")
 
     def expire(self, now, everything=False):
         """Drops streams idle too long (or all idle ones); returns deferred finals to fail."""
         out = []
         with self.lock:
+            while self.dead:
+                key, (_, _, touched) = next(iter(self.dead.items()))
+                if not everything and now - touched <= self.limits.stream_idle_s:
+                    break
+                self.dead.popitem(last=False)
             for key, st in list(self.streams.items()):
                 if st.busy:
                     continue
                 if everything or now - st.touched > self.limits.stream_idle_s:
-                    if st.deferred:
-                        out.append(st.deferred)
-                        st.deferred = None
-                    st.failed = (P.E_STREAM, "stream expired")
-                    self._remove(key)
+                    st.touched = now
+                    d = self._fail(key, st, P.E_STREAM, "stream expired (idle too long)")
+                    if d:
+                        out.append(d)
+            if everything:
+                self.dead.clear()
         return out
 
 
@@ -1015,13 +1044,17 @@ class Server:
         handle = self.handler.handle
         try:
             while True:
-                ident, flag, payload = sock.recv_multipart()
-                if not ident and flag == _STOP:
+                job = sock.recv_multipart()       # (identity, flag, payload) * k
+                if not job[0] and job[1] == _STOP:
                     break
                 frames = [_DONE]
-                for r_ident, r_flag, reply in handle(ident, flag, payload):
-                    frames += (r_ident, r_flag, reply)
-                sock.send_multipart(frames)
+                try:
+                    for i in range(0, len(job) - 2, 3):
+                        for r_ident, r_flag, reply in handle(job[i], job[i + 1], job[i + 2]):
+                            frames += (r_ident, r_flag, reply)
+                except Exception as exc:  # pragma: no cover - handle() answers everything
+                    sys.stderr.write(f"bpe-cffi daemon: worker error {exc!r}\n")
+                sock.send_multipart(frames)    # always: the main loop counts on DONE
         except zmq.ContextTerminated:  # pragma: no cover
             pass
         finally:
@@ -1080,7 +1113,8 @@ class Server:
                         wid = frames[0]
                         job = busy.pop(wid, None)
                         if job is not None:
-                            stats.latencies.append(time.perf_counter() - job[1])
+                            now_pc = time.perf_counter()
+                            stats.latencies.extend(now_pc - t0 for t0 in job)
                         idle.append(wid)
                         for i in range(2, len(frames) - 2, 3):
                             self._send(frames[i], frames[i + 1], frames[i + 2])
@@ -1103,14 +1137,28 @@ class Server:
         self._shutdown(idle, busy)
         return 0
 
+    MAX_JOBS_PER_HANDOFF = 8
+    MAX_BYTES_PER_HANDOFF = 256 << 10
+
     def _dispatch(self, idle, busy, pending):
+        """Hands queued requests to idle workers.  When more are queued than workers are idle,
+        a worker gets several small ones in one message (fewer thread hand-offs under load;
+        each worker still gets its fair share, so none waits while another has a backlog)."""
         be = self.backend
         while pending and idle:
-            ident, flag, payload, t0 = pending.popleft()
-            self._queued_bytes -= len(payload)
+            k = min(self.MAX_JOBS_PER_HANDOFF, -(-len(pending) // len(idle)))
             wid = idle.popleft()
-            busy[wid] = (ident, t0)
-            be.send_multipart([wid, ident, flag, payload])
+            frames = [wid]
+            t0s = []
+            size = 0
+            while pending and len(t0s) < k and (not t0s or size < self.MAX_BYTES_PER_HANDOFF):
+                ident, flag, payload, t0 = pending.popleft()
+                self._queued_bytes -= len(payload)
+                size += len(payload)
+                frames += (ident, flag, payload)
+                t0s.append(t0)
+            busy[wid] = t0s
+            be.send_multipart(frames)
 
     def _read_frontend(self, pending):
         """Reads one message; returns False when there is none."""

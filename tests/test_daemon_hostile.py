@@ -38,6 +38,8 @@ def daemon(path):
                workers=2)
     yield d
     d.stop()
+    err = d.stderr_text()
+    assert "Traceback" not in err and "worker error" not in err, err[-3000:]
 
 
 def dealer(endpoint, ctx=None):
@@ -237,6 +239,7 @@ def test_malformed_soak_with_valid_traffic(daemon, tok):
     assert counts["bad"] > n_clients * per_client // 4
     assert daemon.alive()
     rss1 = daemon.rss_kb()
+    print(f"daemon RSS before/after the soak: {rss0} / {rss1} kB")
     assert rss1 < rss0 + 150_000, (rss0, rss1)          # generous: kB
     with Client(daemon.endpoint) as c:
         assert c.health()["status"] == "ok"
@@ -324,7 +327,7 @@ def test_dead_frozen_and_silent_clients_do_not_stall(daemon, tok):
         for p in killed:
             p.kill()                          # SIGKILL mid-stream
         t0 = time.monotonic()
-        with Client(daemon.endpoint, timeout=30, retries=0) as c:
+        with Client(daemon.endpoint, timeout=60, retries=1) as c:
             out = list(c.stream(texts, window=16))
         assert out == [tok.encode(t) for t in texts]
         assert time.monotonic() - t0 < 120   # bounded, not a performance assert
@@ -339,7 +342,7 @@ def test_dead_frozen_and_silent_clients_do_not_stall(daemon, tok):
 
 
 def test_sigterm_drains_in_flight_and_exits_zero(path, tok):
-    d = Daemon({"cl100k": path}, "--drain-timeout", 20, workers=2)
+    d = Daemon({"cl100k": path}, "--drain-timeout", 60, workers=2)
     try:
         texts = corpus_texts(60, seed=11, max_len=2000)
         big = [t * 20 for t in texts]                   # some work to be in flight
@@ -351,7 +354,7 @@ def test_sigterm_drains_in_flight_and_exits_zero(path, tok):
         assert first["ok"] and P.bin_to_ids(first["ids"]) == tok.encode(big[first["id"]])
         ok += 1
         os.kill(d.pid, signal.SIGTERM)
-        end = time.monotonic() + 30
+        end = time.monotonic() + 90
         while ok + stopping < len(big) and time.monotonic() < end:
             if not s.poll(200):
                 if d.proc.poll() is not None:
@@ -365,8 +368,8 @@ def test_sigterm_drains_in_flight_and_exits_zero(path, tok):
                 assert rep["code"] == P.E_SHUTTING_DOWN, rep
                 stopping += 1
         s.close()
-        assert ok + stopping == len(big)        # all sent before SIGTERM: all answered
-        assert d.proc.wait(30) == 0
+        assert ok + stopping == len(big), (ok, stopping, d.proc.poll())   # all answered
+        assert d.proc.wait(60) == 0
     finally:
         d.stop()
 

@@ -144,7 +144,10 @@ class Daemon:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(TESTS)] + [
             p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        import tempfile
+        # stderr to a file, never a pipe nobody reads (a full pipe would block the daemon)
+        self.stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.stderr,
                                      env=env, cwd=str(REPO))
         self.pid = self.proc.pid
         self.endpoint = self._read_endpoint(ready_timeout)
@@ -168,9 +171,15 @@ class Daemon:
         sel.close()
         if not line.endswith(b"\n"):
             self.stop()
-            err = self.proc.stderr.read().decode(errors="replace")
-            raise RuntimeError(f"daemon did not start: {err[-3000:]}")
+            raise RuntimeError(f"daemon did not start: {self.stderr_text()[-3000:]}")
         return line.decode().strip().splitlines()[0]
+
+    def stderr_text(self):
+        try:
+            self.stderr.seek(0)
+            return self.stderr.read().decode(errors="replace")
+        except (OSError, ValueError):
+            return ""
 
     def rss_kb(self):
         with open(f"/proc/{self.pid}/status") as f:
@@ -200,7 +209,7 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-        for f in (self.proc.stdout, self.proc.stderr):
+        for f in (self.proc.stdout, self.stderr):
             try:
                 f.close()
             except Exception:
