@@ -9,5 +9,6 @@ __version__ = "0.1.0"
 from ._native import BPEError  # noqa: E402  (checks the compiled version first)
 from .tokenizer import Tokenizer, load  # noqa: E402
 from .train import train_bpe, train_tokenizer  # noqa: E402
+from .stream_decode import StreamDecoder  # noqa: E402
 
-__all__ = ["__version__", "BPEError", "Tokenizer", "load", "train_bpe", "train_tokenizer"]
+__all__ = ["__version__", "BPEError", "Tokenizer", "load", "train_bpe", "train_tokenizer", "StreamDecoder"]

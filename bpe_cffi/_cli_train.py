@@ -1,10 +1,7 @@
 """`bpe-cffi train`: learn a byte-level BPE vocabulary from text files and write it."""
 import argparse
-import base64
-import json
 import os
 import sys
-import tempfile
 import time
 
 FORMATS = ("hf", "tiktoken", "gpt2")
@@ -56,74 +53,20 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-# ---- writers (atomic: a temporary file in the same directory, then rename) --------------
-
-def atomic_write(path, data: bytes) -> None:
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".bpe-cffi-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def _byte_to_unicode() -> dict:
-    """GPT-2's printable stand-in for every byte (the vocab.json / merges.txt alphabet)."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + \
-        list(range(0xAE, 0xFF + 1))
-    mapping, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            mapping[b] = chr(b)
-        else:
-            mapping[b] = chr(256 + extra)
-            extra += 1
-    return mapping
-
-
-def tiktoken_bytes(vocab: dict, n_special: int) -> bytes:
-    ordinary = sorted(vocab.items())[:len(vocab) - n_special]
-    return b"".join(base64.b64encode(tok) + b" " + str(i).encode() + b"\n"
-                    for i, tok in ordinary)
-
-
-def gpt2_bytes(vocab: dict, merges, special_tokens) -> tuple:
-    b2u = _byte_to_unicode()
-
-    def enc(tok: bytes) -> str:
-        return "".join(b2u[b] for b in tok)
-
-    specials = set(s.encode("utf-8") for s in special_tokens)
-    vj = {(tok.decode("utf-8") if tok in specials else enc(tok)): i
-          for i, tok in sorted(vocab.items())}
-    vocab_json = json.dumps(vj, ensure_ascii=False).encode("utf-8")
-    lines = ["#version: 0.2"] + [f"{enc(a)} {enc(b)}" for a, b in merges]
-    return vocab_json, ("\n".join(lines) + "\n").encode("utf-8")
-
-
 def write_output(fmt: str, out: str, vocab, merges, special_tokens, pattern) -> list:
-    """Writes the trained vocabulary; returns the paths written."""
-    if fmt == "tiktoken":
-        atomic_write(out, tiktoken_bytes(vocab, len(special_tokens)))
+    """Writes the trained vocabulary (atomically, through bpe_cffi.formats); returns the paths
+    written."""
+    from . import formats
+    if fmt == "tiktoken":     # a .tiktoken file holds the ordinary tokens; specials come last
+        ordinary = dict(sorted(vocab.items())[:len(vocab) - len(special_tokens)])
+        formats.write_tiktoken(ordinary, out)
         return [out]
     if fmt == "gpt2":
         merges_path = os.path.join(os.path.dirname(os.path.abspath(out)), "merges.txt")
-        vj, mt = gpt2_bytes(vocab, merges, special_tokens)
-        atomic_write(merges_path, mt)
-        atomic_write(out, vj)
+        formats.write_gpt2(vocab, merges, out, merges_path)
         return [out, merges_path]
-    from .tokenizer import Tokenizer      # the hf format needs the Tokenizer (pyapi)
-    tok = Tokenizer(vocab, merges, special_tokens, pattern=pattern)
-    tok.save(out)
+    from .tokenizer import Tokenizer
+    Tokenizer(vocab, merges, special_tokens, pattern=pattern).save(out)
     return [out]
 
 

@@ -26,26 +26,39 @@ where a character starts, and the slow path counts those separately.
 """
 import codecs
 import operator
+import threading
 import weakref
 from itertools import accumulate, chain
 from operator import sub
 
 __all__ = ["encode_with_offsets", "decode_with_offsets"]
 
+try:                               # optional: vectorises the per-token work
+    import numpy as _np
+except ImportError:                # pragma: no cover - numpy is a test dependency
+    _np = None
+
 _CONT = bytes(range(0x80, 0xC0))   # UTF-8 continuation bytes
+_NP_MIN = 512                      # fewer ids: the pure-Python path is as fast
+_NP_MAX_ID = 1 << 22               # larger ids are not vocabulary ids: pure-Python path
 
 
 class _Tables:
     """Per-tokenizer caches, filled lazily with the ids met so far (at most the vocabulary):
     starts[id] = characters starting in the token's bytes (its non-continuation bytes),
-    cont[id] = 1 if its first byte is a continuation byte else 0, nbytes[id] = its length."""
+    cont[id] = 1 if its first byte is a continuation byte else 0, nbytes[id] = its length.
+    arrays = (starts, starts + cont) as numpy int32 arrays indexed by id, -1 where not known
+    yet; replaced whole (copy on write, under `lock`) so a reader always sees a matching
+    pair.  Only used when numpy is importable."""
 
-    __slots__ = ("starts", "cont", "nbytes", "__weakref__")
+    __slots__ = ("starts", "cont", "nbytes", "arrays", "lock", "__weakref__")
 
     def __init__(self):
         self.starts = {}
         self.cont = {}
         self.nbytes = {}
+        self.arrays = None
+        self.lock = threading.Lock()
 
     def fill(self, tok, ids) -> None:
         """Add every id of `ids` not cached yet; raises what tok.decode_single_token_bytes
@@ -55,6 +68,25 @@ class _Tables:
             self.cont[i] = 1 if b and 0x80 <= b[0] < 0xC0 else 0
             self.nbytes[i] = len(b)
             self.starts[i] = len(b.translate(None, _CONT))
+
+    def fill_arrays(self, tok, new_ids: list, size: int) -> tuple:
+        """Cache `new_ids` (fill) and return arrays covering ids < size that hold them."""
+        self.fill(tok, new_ids)
+        with self.lock:
+            old = self.arrays
+            known = list(self.starts)       # may hold larger ids, from the pure-Python path
+            have = len(old[0]) if old is not None else 0
+            need = max(size, int(max(known)) + 1)
+            n = have if need <= have else max(need, 2 * have)
+            starts = _np.full(n, -1, dtype=_np.int32)
+            back = _np.zeros(n, dtype=_np.int32)
+            if old is not None:
+                starts[:len(old[0])] = old[0]
+                back[:len(old[1])] = old[1]
+            starts[known] = [self.starts[i] for i in known]
+            back[known] = [self.starts[i] + self.cont[i] for i in known]
+            self.arrays = (starts, back)
+            return self.arrays
 
 
 # tokenizer -> _Tables; dropped with the tokenizer.
@@ -77,11 +109,16 @@ def _ends_begins(tok, ids: list):
     characters [begins[k], ends[k]).  begins[k] is -1 only before any character started
     (a leading continuation byte; never in valid UTF-8).
 
-    Performance: this runs on every encode_with_offsets, so the per-token work is done by
-    C iterators (map over dict lookups, accumulate, zip) rather than a Python loop: ends is
-    the running sum of starts, begins[k] = ends[k-1] - cont[k].
+    Performance: this runs on every encode_with_offsets, so the per-token work is never a
+    Python loop: with numpy, two table lookups by fancy indexing and a cumsum; without it,
+    C iterators (map over dict lookups, accumulate): ends is the running sum of starts,
+    begins[k] = ends[k] - starts[k] - cont[k].
     """
     t = _tables(tok)
+    if _np is not None and len(ids) >= _NP_MIN:
+        got = _ends_begins_np(t, tok, ids)
+        if got is not None:
+            return got
     try:
         ends = list(accumulate(map(t.starts.__getitem__, ids)))
     except KeyError:
@@ -89,6 +126,29 @@ def _ends_begins(tok, ids: list):
         ends = list(accumulate(map(t.starts.__getitem__, ids)))
     begins = list(map(sub, chain((0,), ends), map(t.cont.__getitem__, ids)))
     return ends, begins
+
+
+def _ends_begins_np(t: _Tables, tok, ids: list):
+    """_ends_begins with numpy, or None to use the pure-Python path (ids that are not all
+    small non-negative integers: that path reports them through the tokenizer)."""
+    try:
+        a = _np.asarray(ids)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    if (a.ndim != 1 or a.size == 0 or a.dtype.kind not in "iu" or a.min() < 0
+            or a.max() >= _NP_MAX_ID):
+        return None
+    arrays = t.arrays
+    size = int(a.max()) + 1
+    if arrays is None or size > len(arrays[0]):
+        arrays = t.fill_arrays(tok, _np.unique(a).tolist(), size)
+    s = arrays[0][a]
+    if (s < 0).any():
+        arrays = t.fill_arrays(tok, _np.unique(a[s < 0]).tolist(), size)
+        s = arrays[0][a]
+    ends = _np.cumsum(s, dtype=_np.int64)
+    begins = ends - arrays[1][a]
+    return ends.tolist(), begins.tolist()
 
 
 def encode_with_offsets(tok, text: str, *, ordinary: bool = False, **encode_kwargs):

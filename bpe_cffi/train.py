@@ -167,7 +167,7 @@ def _add_words(trainer, counts: Counter) -> None:
 
 
 def _new_trainer(cid, vocab_size, specials, min_frequency, num_threads, block_size,
-                 parallel_words=0):
+                 parallel_words=0, long_word=0):
     cfg = ffi.new("bpe_trainer_config *")
     cfg.pattern = cid
     cfg.vocab_size = vocab_size
@@ -175,6 +175,7 @@ def _new_trainer(cid, vocab_size, specials, min_frequency, num_threads, block_si
     cfg.n_threads = num_threads or 0
     cfg.block_size = block_size or 0
     cfg.parallel_words = parallel_words or 0
+    cfg.long_word = long_word or 0
     enc = [s.encode("utf-8") for s in specials]
     keep = []
     if enc:
@@ -222,10 +223,11 @@ def _finish_bar(bars, phase, prog) -> None:
 
 
 def _train(input_path, vocab_size, special_tokens=None, *, pattern="gpt2", num_threads=None,
-           min_frequency=None, progress=False, block_size=0, parallel_words=0):
+           min_frequency=None, progress=False, block_size=0, parallel_words=0, long_word=0):
     """train_bpe plus timings: returns (vocab, merges, stats) where stats has count_seconds,
     merge_seconds and n_words.  block_size (bytes per read; 0: 4 MiB) and parallel_words
-    (words per thread before a merge runs on threads; 0: 2048) are for tests."""
+    (words per thread before a merge runs on threads; 0: 2048) and long_word (words of at
+    least this many bytes are merged by position; 0: 64) are for tests."""
     specials = _check_specials(special_tokens)
     _check_int("vocab_size", vocab_size, 0)
     if vocab_size < 256 + len(specials):
@@ -242,8 +244,9 @@ def _train(input_path, vocab_size, special_tokens=None, *, pattern="gpt2", num_t
     paths = _as_paths(input_path)
 
     _check_int("parallel_words", parallel_words, 0)
+    _check_int("long_word", long_word, 0)
     trainer = _new_trainer(cid, vocab_size, specials, min_frequency, num_threads, block_size,
-                           parallel_words)
+                           parallel_words, long_word)
     prog = new_progress()
     bars = None
     if progress:

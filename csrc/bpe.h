@@ -176,7 +176,8 @@ int bpe_decode(const bpe_tokenizer *tok, const uint32_t *ids, size_t n, bpe_byte
 int bpe_pretokenize(int pattern, const uint8_t *text, size_t len, bpe_ids *ends);
 
 /* The largest cut position <= len at which the text may be split in two without changing
- * the pieces (and so the ids) of a built-in pattern; 0 if there is none. */
+ * the pieces (and so the ids) of a built-in pattern, whatever text follows len; 0 if there
+ * is none.  A UTF-8 sequence cut off at len counts as part of what follows. */
 size_t bpe_pretok_safe_cut(int pattern, const uint8_t *text, size_t len);
 
 /* ---- trainer (filled in by the trainer issue) ----------------------------------------- */
@@ -200,6 +201,8 @@ typedef struct bpe_trainer_config {
     size_t block_size;             /* bytes read per block; 0: 4 MiB (tests use tiny ones) */
     size_t parallel_words;         /* a merge touching at least this many words per thread
                                       runs on threads; 0: 2048 (tests use 1) */
+    size_t long_word;              /* words of at least this many bytes are merged by
+                                      position, not by scanning; 0: 64 (tests use 2) */
     size_t n_special;              /* special tokens: never merged across, not learned */
     const uint8_t *special_bytes;
     const size_t *special_offsets; /* n_special + 1 */

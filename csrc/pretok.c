@@ -46,6 +46,7 @@
 #include "bpe.h"
 #include "pretok.h"
 #include "unicode_tables.h"
+#include "utf8.h"
 
 /* ---- character classes -------------------------------------------------------------------- */
 
@@ -537,7 +538,11 @@ static size_t char_start_before(const uint8_t *s, size_t i)
  * so the cost is the distance to that cut), or 0. */
 size_t bpe_pretok_safe_cut(int pattern, const uint8_t *text, size_t len)
 {
-    if (!text || len < 2 || pattern < BPE_PATTERN_GPT2 || pattern > BPE_PATTERN_O200K) return 0;
+    if (!text || pattern < BPE_PATTERN_GPT2 || pattern > BPE_PATTERN_O200K) return 0;
+    /* A character cut off at len is part of the unknown continuation: its class is not
+     * known yet, so only cuts before it are considered. */
+    len = bpe_utf8_complete_prefix(text, len);
+    if (len < 2) return 0;
     size_t cur = char_start_before(text, len), nx;
     unsigned cur_k = bit_at(text, len, cur, &nx);
     while (cur > 0) {

@@ -61,6 +61,7 @@ int bpe_trainer_new(const bpe_trainer_config *config, bpe_trainer **out)
         t->n_threads = 256;
     t->block_size = config->block_size ? config->block_size : DEFAULT_BLOCK;
     t->parallel_words = config->parallel_words ? config->parallel_words : 2048;
+    t->long_word = config->long_word ? config->long_word : 64;
     t->n_special = config->n_special;
     train_words_init(&t->words);
     if (config->n_special && config->pattern != BPE_PATTERN_EXTERNAL) {

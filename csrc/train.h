@@ -62,6 +62,7 @@ struct bpe_trainer {
     int n_threads;               /* >= 1 */
     size_t block_size;           /* bytes per reading block */
     size_t parallel_words;       /* words per thread before a merge runs on threads */
+    size_t long_word;            /* a word of at least this many bytes is merged by position */
     size_t n_special;
     bpe_special_matcher *special;/* NULL when n_special == 0 */
 

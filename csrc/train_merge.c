@@ -27,6 +27,13 @@
  *     merged position, plus every new adjacency touching a new symbol.  Pairs whose count
  *     rose get a fresh heap entry.
  *
+ * Long words (at least long_word symbols, e.g. a 1 MB line without spaces) are kept apart:
+ * their symbols form a doubly linked list (nxt/prv, a merged-away symbol becomes DEAD) and
+ * instead of the word, a pair record lists the positions (word, index) where the pair may
+ * start in them.  A merge visits those positions in ascending order, checks each still holds
+ * the pair, and rewrites it in O(1): the cost follows the occurrences, not the word length.
+ * Invariant: every current occurrence of a pair in a long word is in the pair's position list.
+ *
  * Threads: when a merge touches many words, the words are split into contiguous slices, one
  * per thread; each thread rewrites its words (disjoint memory) and writes its deltas to its
  * own list.  The lists are then applied in thread order by one thread.  Counts are sums, so
@@ -39,6 +46,8 @@
 #include "train.h"
 
 #define NO_WORD UINT32_MAX
+#define NO_POS UINT32_MAX     /* no position: a short word, or the end of a linked word */
+#define DEAD UINT32_MAX       /* the symbol of a merged-away position in a long word */
 
 /* ---- tokens ------------------------------------------------------------------------- */
 
@@ -146,8 +155,10 @@ static int tokens_init(tokens *k, bpe_trainer *t, size_t max_tokens)
 typedef struct pair_rec {
     uint64_t key;          /* left << 32 | right */
     int64_t count;         /* see the invariant above */
-    uint32_t *words;       /* words that may hold the pair (stale entries allowed) */
+    uint32_t *words;       /* short words that may hold the pair (stale entries allowed) */
     uint32_t n_words, cap_words;
+    uint64_t *pos;         /* long words: word << 32 | index where the pair may start */
+    size_t n_pos, cap_pos;
     uint32_t raised;       /* the step in which its count last rose, + 1 */
 } pair_rec;
 
@@ -241,10 +252,27 @@ static int pair_add_word(pair_rec *r, uint32_t w)
     return BPE_OK;
 }
 
+/* Notes that the pair may start at index i of long word w. */
+static int pair_add_pos(pair_rec *r, uint32_t w, uint32_t i)
+{
+    if (r->n_pos == r->cap_pos) {
+        size_t cap = r->cap_pos ? r->cap_pos * 2 : 4;
+        uint64_t *p = realloc(r->pos, cap * sizeof *p);
+        if (p == NULL)
+            return BPE_ERR_NOMEM;
+        r->pos = p;
+        r->cap_pos = cap;
+    }
+    r->pos[r->n_pos++] = (uint64_t)w << 32 | i;
+    return BPE_OK;
+}
+
 static void pairs_free(pairs *ps)
 {
-    for (size_t i = 0; i < ps->n; i++)
+    for (size_t i = 0; i < ps->n; i++) {
         free(ps->recs[i].words);
+        free(ps->recs[i].pos);
+    }
     free(ps->recs);
     free(ps->slots);
 }
@@ -339,13 +367,19 @@ typedef struct words {
     uint32_t *len;          /* current length of word w */
     uint64_t *count;        /* count of word w */
     uint32_t *seen;         /* merge step + 1 in which w was last collected */
+    uint32_t *nxt, *prv;    /* long words only: links by index within the word, NO_POS at
+                               the ends (NULL when there is no long word) */
+    size_t long_min;        /* a word of at least this many symbols is long */
     size_t n;
 } words;
+
+static int is_long(const words *ws, size_t w) { return ws->len[w] >= ws->long_min; }
 
 typedef struct delta {
     uint64_t key;
     int64_t delta;
     uint32_t word;          /* NO_WORD, or the word that now holds the pair */
+    uint32_t pos;           /* NO_POS, or (long word) the index where the pair starts */
 } delta;
 
 /* One thread's work on one merge: a slice of the affected words and its own deltas. */
@@ -361,7 +395,7 @@ typedef struct slice {
     int rc;
 } slice;
 
-static int delta_push(slice *s, uint64_t key, int64_t d, uint32_t word)
+static int delta_push_at(slice *s, uint64_t key, int64_t d, uint32_t word, uint32_t pos)
 {
     if (s->n_d == s->cap_d) {
         size_t cap = s->cap_d ? s->cap_d * 2 : 4096;
@@ -374,8 +408,14 @@ static int delta_push(slice *s, uint64_t key, int64_t d, uint32_t word)
     s->d[s->n_d].key = key;
     s->d[s->n_d].delta = d;
     s->d[s->n_d].word = word;
+    s->d[s->n_d].pos = pos;
     s->n_d++;
     return BPE_OK;
+}
+
+static int delta_push(slice *s, uint64_t key, int64_t d, uint32_t word)
+{
+    return delta_push_at(s, key, d, word, NO_POS);
 }
 
 /* 1 if an occurrence of (a, b) starts at old position i of sym[0..n). */
@@ -442,6 +482,89 @@ static void *run_slice(void *arg)
     return NULL;
 }
 
+/* ---- long words ------------------------------------------------------------------------ */
+
+/* 1 if (a, b) starts at index i of a linked word (i may be NO_POS). */
+static int linked_pair_at(const uint32_t *sym, const uint32_t *nx, uint32_t i, uint32_t a,
+                          uint32_t b)
+{
+    return i != NO_POS && sym[i] == a && nx[i] != NO_POS && sym[nx[i]] == b;
+}
+
+/* Merges the occurrence of (a, b) at index i of long word w (the same deltas as
+ * merge_one_word; last is the index of the z this pass made just before, or NO_POS). */
+static int merge_linked_at(slice *s, uint32_t w, uint32_t i, uint32_t last)
+{
+    words *ws = s->ws;
+    uint32_t *sym = ws->sym + ws->off[w], *nx = ws->nxt + ws->off[w];
+    uint32_t *pv = ws->prv + ws->off[w];
+    const uint32_t a = s->a, b = s->b, z = s->z, j = nx[i], l = pv[i], r = nx[j];
+    const int64_t c = (int64_t)ws->count[w];
+    int rc = delta_push(s, pair_key(a, b), -c, NO_WORD);
+    if (l != NO_POS && rc == BPE_OK) {
+        /* l == last: an occurrence merged just before, so the old left symbol was its b */
+        uint32_t old_left = l == last ? b : sym[l];
+        rc = delta_push(s, pair_key(old_left, a), -c, NO_WORD);
+        if (rc == BPE_OK)
+            rc = delta_push_at(s, pair_key(sym[l], z), c, w, l);
+    }
+    if (r != NO_POS && !linked_pair_at(sym, nx, r, a, b) && rc == BPE_OK) {
+        rc = delta_push(s, pair_key(b, sym[r]), -c, NO_WORD);
+        if (rc == BPE_OK)
+            rc = delta_push_at(s, pair_key(z, sym[r]), c, w, i);
+    }
+    sym[i] = z;
+    sym[j] = DEAD;
+    nx[i] = r;
+    if (r != NO_POS)
+        pv[r] = i;
+    return rc;
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* Merges (a, b) -> z at every listed position of pair record r in long words, in ascending
+ * (word, index) order, so each word is rewritten left to right without overlap; positions
+ * that no longer hold the pair (stale, or consumed by the occurrence just before) are
+ * skipped.  Takes the list from r and frees it. */
+static int merge_long_words(words *ws, slice *s, pair_rec *r, uint32_t a, uint32_t b,
+                            uint32_t z)
+{
+    uint64_t *pos = r->pos;
+    size_t n = r->n_pos;
+    r->pos = NULL;
+    r->n_pos = r->cap_pos = 0;
+    s->ws = ws;
+    s->a = a;
+    s->b = b;
+    s->z = z;
+    s->n_d = 0;
+    if (n == 0)
+        return BPE_OK;
+    qsort(pos, n, sizeof *pos, cmp_u64);
+    int rc = BPE_OK;
+    uint32_t cur_w = NO_WORD, last = NO_POS;
+    for (size_t k = 0; k < n && rc == BPE_OK; k++) {
+        if (k && pos[k] == pos[k - 1])
+            continue;
+        uint32_t w = (uint32_t)(pos[k] >> 32), i = (uint32_t)pos[k];
+        if (w != cur_w) {
+            cur_w = w;
+            last = NO_POS;
+        }
+        if (!linked_pair_at(ws->sym + ws->off[w], ws->nxt + ws->off[w], i, a, b))
+            continue;
+        rc = merge_linked_at(s, w, i, last);
+        last = i;
+    }
+    free(pos);
+    return rc;
+}
+
 /* ---- the loop ------------------------------------------------------------------------- */
 
 typedef struct state {
@@ -454,10 +577,35 @@ typedef struct state {
     size_t cap_affected;
     slice *slices;          /* one per thread */
     int n_slices;
+    slice long_slice;       /* the deltas of long words (merged on the calling thread) */
     uint32_t *raised;       /* pairs whose count rose in this step */
     size_t n_raised, cap_raised;
     size_t longest;         /* longest word, in bytes */
 } state;
+
+/* Links the symbols of every long word (nxt/prv by index within the word). */
+static int link_long_words(words *ws, size_t total)
+{
+    int any = 0;
+    for (size_t w = 0; w < ws->n && !any; w++)
+        any = is_long(ws, w);
+    if (!any)
+        return BPE_OK;
+    ws->nxt = malloc(total * sizeof *ws->nxt);
+    ws->prv = malloc(total * sizeof *ws->prv);
+    if (ws->nxt == NULL || ws->prv == NULL)
+        return BPE_ERR_NOMEM;
+    for (size_t w = 0; w < ws->n; w++) {
+        if (!is_long(ws, w))
+            continue;
+        uint32_t *nx = ws->nxt + ws->off[w], *pv = ws->prv + ws->off[w];
+        for (uint32_t i = 0; i < ws->len[w]; i++) {
+            nx[i] = i + 1 < ws->len[w] ? i + 1 : NO_POS;
+            pv[i] = i ? i - 1 : NO_POS;
+        }
+    }
+    return BPE_OK;
+}
 
 static int build_words(state *st)
 {
@@ -478,6 +626,7 @@ static int build_words(state *st)
     ws->seen = calloc(n ? n : 1, sizeof *ws->seen);
     if (!ws->sym || !ws->off || !ws->len || !ws->count || !ws->seen)
         return BPE_ERR_NOMEM;
+    ws->long_min = st->t->long_word;
     size_t pos = 0;
     for (size_t i = 0; i < tw->capacity; i++) {
         const train_word_slot *s = &tw->slots[i];
@@ -493,7 +642,7 @@ static int build_words(state *st)
             st->longest = s->len;
         ws->n++;
     }
-    return BPE_OK;
+    return link_long_words(ws, total);
 }
 
 static int count_initial_pairs(state *st)
@@ -505,7 +654,8 @@ static int count_initial_pairs(state *st)
             uint32_t idx;
             int rc = pairs_get(&st->ps, pair_key(sym[i], sym[i + 1]), &idx);
             if (rc == BPE_OK)
-                rc = pair_add_word(&st->ps.recs[idx], (uint32_t)w);
+                rc = is_long(ws, w) ? pair_add_pos(&st->ps.recs[idx], (uint32_t)w, i)
+                                    : pair_add_word(&st->ps.recs[idx], (uint32_t)w);
             if (rc != BPE_OK)
                 return rc;
             st->ps.recs[idx].count += (int64_t)ws->count[w];
@@ -640,8 +790,8 @@ static int note_raised(state *st, uint32_t idx, uint32_t step)
 static int apply_deltas(state *st, uint32_t step)
 {
     st->n_raised = 0;
-    for (int i = 0; i < st->n_slices; i++) {
-        slice *s = &st->slices[i];
+    for (int i = 0; i <= st->n_slices; i++) {
+        slice *s = i < st->n_slices ? &st->slices[i] : &st->long_slice;
         for (size_t j = 0; j < s->n_d; j++) {
             const delta *d = &s->d[j];
             uint32_t idx;
@@ -652,7 +802,9 @@ static int apply_deltas(state *st, uint32_t step)
             r->count += d->delta;
             if (d->delta > 0) {
                 rc = note_raised(st, idx, step);
-                if (rc == BPE_OK && d->word != NO_WORD)
+                if (rc == BPE_OK && d->pos != NO_POS)
+                    rc = pair_add_pos(&st->ps.recs[idx], d->word, d->pos);
+                else if (rc == BPE_OK && d->word != NO_WORD)
                     rc = pair_add_word(&st->ps.recs[idx], d->word);
                 if (rc != BPE_OK)
                     return rc;
@@ -713,6 +865,9 @@ static int step_once(state *st, uint32_t step, int *done)
     if (rc == BPE_OK)
         rc = run_slices(st, n_affected, best.left, best.right, z);
     if (rc == BPE_OK)
+        rc = merge_long_words(&st->ws, &st->long_slice, &st->ps.recs[idx], best.left,
+                              best.right, z);
+    if (rc == BPE_OK)
         rc = apply_deltas(st, step);
     return rc;
 }
@@ -761,6 +916,9 @@ static void state_free(state *st)
     free(st->ws.len);
     free(st->ws.count);
     free(st->ws.seen);
+    free(st->ws.nxt);
+    free(st->ws.prv);
+    free(st->long_slice.d);
     free(st->affected);
     for (int i = 0; st->slices && i < st->n_slices; i++) {
         free(st->slices[i].d);

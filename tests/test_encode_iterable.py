@@ -1,5 +1,6 @@
 """encode_iterable: the ids of the concatenation, whatever the chunking; lazy; O(chunk) memory
 (checked under RLIMIT_AS in a subprocess, as Stanford CS336's tests limit it)."""
+import functools
 import io
 import os
 import random
@@ -90,6 +91,22 @@ def test_iterable_rejects_non_str():
         list(tok.encode_iterable(io.BytesIO(b"abc\n")))
 
 
+@functools.lru_cache(maxsize=None)
+def _stream_text():
+    """The streamed text (CS336's corpus.en + a few MB of en_books), and the count and
+    sha256 of tiktoken's ids for it."""
+    import hashlib
+    from conftest import cs336_path
+    parts = [cs336_path("corpus.en").read_text(encoding="utf-8")]
+    parts.append(corpus_slice("en_books", 20_000_000 if LONG else 3_000_000))
+    text = "<|endoftext|>".join(parts)
+    want = reference("gpt2").encode(text, allowed_special="all")
+    h = hashlib.sha256()
+    for i in want:
+        h.update(i.to_bytes(4, "little"))
+    return text, len(want), h.hexdigest()
+
+
 MEMORY_SCRIPT = textwrap.dedent(r"""
     import hashlib, os, resource, sys
     import psutil
@@ -124,19 +141,11 @@ def test_streaming_memory_is_bounded(tmp_path, base, extra):
     """Streams a multi-MB file under an address-space limit: (current size + 4 MB), and
     CS336's literal (RSS + 1 MB), which is below the current address space, so no new mapping
     may be made at all: no thread start, no large allocation, no growth with the file."""
-    import hashlib
-    from conftest import cs336_path, vocab_path
+    from conftest import vocab_path
     pytest.importorskip("psutil")
-    parts = [cs336_path("corpus.en").read_text(encoding="utf-8")]
-    parts.append(corpus_slice("en_books", 20_000_000 if LONG else 3_000_000))
-    text = "<|endoftext|>".join(parts)
+    text, n_want, digest_want = _stream_text()
     path = tmp_path / "stream.txt"
     path.write_text(text, encoding="utf-8")
-    enc = reference("gpt2")
-    want = enc.encode(text, allowed_special="all")
-    h = hashlib.sha256()
-    for i in want:
-        h.update(i.to_bytes(4, "little"))
     import bpe_cffi
     paths = [os.path.dirname(os.path.dirname(bpe_cffi.__file__))]
     script = MEMORY_SCRIPT.format(paths=paths, vocab=str(vocab_path("gpt2_vocab.json")),
@@ -146,6 +155,6 @@ def test_streaming_memory_is_bounded(tmp_path, base, extra):
                          timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     n, digest, growth = res.stdout.split()
-    assert int(n) == len(want)
-    assert digest == h.hexdigest()
+    assert int(n) == n_want
+    assert digest == digest_want
     assert int(growth) < 8 * 2 ** 20

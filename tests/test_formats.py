@@ -206,3 +206,18 @@ def test_atomic_write_leaves_no_temp(tmp_path):
     formats.atomic_write(p, b"two")
     assert p.read_bytes() == b"two"
     assert [x.name for x in tmp_path.iterdir()] == ["f.bin"]
+
+
+def test_saved_files_get_the_usual_permissions(tmp_path):
+    """Atomic writes go through mkstemp (mode 0600); the final file must honour the umask
+    like any file the user creates, or other users/services cannot read a shared tokenizer."""
+    import os
+    from bpe_cffi import formats
+    old = os.umask(0o022)
+    try:
+        p = tmp_path / "x.bin"
+        formats.atomic_write(p, b"data")
+    finally:
+        os.umask(old)
+    assert (p.stat().st_mode & 0o777) == 0o644
+    assert p.read_bytes() == b"data"

@@ -281,3 +281,40 @@ def test_decode_offsets_integer_like_ids(kind):
     ids = tok.encode("naïve 日本 🙂 <|endoftext|>")
     expected = tiktoken_encoding("cl100k_base").decode_with_offsets(ids)
     assert decode_with_offsets(tok, np.array(ids, dtype=np.int64)) == expected
+
+
+@pytest.mark.parametrize("path", ["numpy", "python"])
+def test_both_table_paths(path, monkeypatch):
+    """The numpy path (long id lists) and the pure-Python one give the reference offsets,
+    including on a fresh tokenizer whose tables grow (copy on write) call after call."""
+    from bpe_cffi import offsets as mod
+    from bytelevel_ref import TiktokenStandIn
+    if path == "numpy":
+        pytest.importorskip("numpy")
+        monkeypatch.setattr(mod, "_NP_MIN", 0)
+    else:
+        monkeypatch.setattr(mod, "_np", None)
+    tok = TiktokenStandIn(tiktoken_encoding("o200k_base"))     # fresh, empty tables
+    texts = TRICKY + ["", _corpus("multilingual", 0)[:20_000], "\U0001f600 " * 50, "日本"]
+    for text in texts:
+        ids, offsets = encode_with_offsets(tok, text)
+        assert offsets == byte_to_char_spans(text, byte_spans(tok, ids)), text[:50]
+        assert decode_with_offsets(tok, ids) == tok.enc.decode_with_offsets(ids)
+    if path == "numpy":
+        assert mod._tables(tok).arrays is not None
+        assert len(mod._tables(tok).arrays[0]) > 100_000    # grew to the largest id seen
+
+
+def test_tokenizer_methods_are_the_module_functions():
+    """The Tokenizer methods give what the module functions give (they are thin wrappers)."""
+    from bpe_cffi import StreamDecoder
+    from bpe_cffi.offsets import decode_with_offsets, encode_with_offsets
+    from pyapi_helpers import ours
+    tok = ours("gpt2")
+    text = "héllo wörld 🏳️‍🌈 <|endoftext|> done"
+    assert tok.encode_with_offsets(text) == encode_with_offsets(tok, text)
+    ids = tok.encode(text)
+    assert tok.decode_with_offsets(ids) == decode_with_offsets(tok, ids)
+    dec = tok.stream_decoder()
+    assert isinstance(dec, StreamDecoder)
+    assert "".join(dec.feed(i) for i in ids) + dec.flush() == tok.decode(ids)

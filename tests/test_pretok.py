@@ -278,3 +278,28 @@ def test_invalid_utf8_never_crashes():
             assert ends and ends[-1] == len(data)
             assert all(a < b for a, b in zip([0] + ends, ends))
             assert 0 <= lib.bpe_pretok_safe_cut(pid, data, len(data)) <= len(data)
+
+
+@pytest.mark.parametrize("pattern", [1, 2, 3])
+def test_safe_cut_when_len_ends_inside_a_character(pattern):
+    """Callers that read blocks of bytes may pass a length that ends inside a UTF-8 sequence.
+    The bytes seen so far must not be classed as a character of their own: a cut returned for
+    such a prefix must still be safe for the complete text."""
+    import random as _random
+    from bpe_cffi import patterns as _patterns
+    regex_of = {1: _patterns.GPT2, 2: _patterns.CL100K, 3: _patterns.O200K}[pattern]
+    rng = _random.Random(7 + pattern)
+    alphabet = ["a", "b", " ", "é", "中", "\n", "'", "1", "😀", "Z", ".", "\u0301"]
+    for _ in range(400):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24)))
+        data = text.encode()
+        whole = [m.group() for m in regex.finditer(regex_of, text)]
+        for n in range(1, len(data) + 1):
+            cut = lib.bpe_pretok_safe_cut(pattern, data, n)
+            if not cut:
+                continue
+            assert cut <= n
+            left, right = data[:cut].decode(), data[cut:].decode()   # on a character boundary
+            parts = ([m.group() for m in regex.finditer(regex_of, left)]
+                     + [m.group() for m in regex.finditer(regex_of, right)])
+            assert parts == whole, (text, n, cut)

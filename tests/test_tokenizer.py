@@ -243,6 +243,12 @@ def test_encode_file_errors(tmp_path):
         tok.encode_file(src, tmp_path / "o.bin", dtype="uint16", progress=False)
     with pytest.raises(ValueError):
         tok.encode_file(src, tmp_path / "o.bin", dtype="float32", progress=False)
+    numpy = pytest.importorskip("numpy")
+    n = tok.encode_file(src, tmp_path / "o.bin", dtype=numpy.uint32, progress=False)
+    assert numpy.fromfile(tmp_path / "o.bin", dtype="<u4").tolist() == tok.encode("hello")
+    assert n == len(tok.encode("hello"))
+    with pytest.raises(ValueError, match="big-endian"):
+        tok.encode_file(src, tmp_path / "o.bin", dtype=numpy.dtype(">u4"), progress=False)
     with pytest.raises(OSError):
         tok.encode_file(src, tmp_path / "no" / "such" / "dir.bin", progress=False)
 

@@ -141,6 +141,9 @@ def test_hf_json_format(tmp_path, corpus):
     assert direct.encode(text) == ids
     vocab, merges = train_bpe(corpus, 1200, [eot])
     assert direct.merges == merges and direct.vocab == vocab
+    from bpe_cffi import Tokenizer
+    via_class = Tokenizer.train(corpus, 1200, [eot], num_threads=2)
+    assert via_class.merges == merges and via_class.encode(text) == ids
 
 
 @pytest.mark.parametrize("name", ["en_books", "multilingual", "code", "web"])
