@@ -24,7 +24,7 @@ from test_c_core import PATTERN_ID, PATTERN_OF, real_tokenizer  # noqa: E402
 from bpe_cffi._native import ffi, lib  # noqa: E402
 
 
-def best_of(fn, reps=3):
+def best_of(fn, reps=5):
     """Best CPU time of the calling process over reps runs (CPU time, not wall time: the
     machine this was written on is shared, and every timed call runs on this one thread)."""
     best = None

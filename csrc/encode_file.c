@@ -9,8 +9,9 @@
  * the chunks separately gives the ids of the whole text.  A round takes one chunk per thread,
  * encodes them in parallel (threads started and joined per round, see batch.c), then writes
  * their ids in order.  Memory is bounded by threads x (chunk text + its ids) plus the carry,
- * a few tens of MB, whatever the file size (a text with no stable cut for a long stretch, e.g.
- * megabytes of one piece, grows the chunk until a cut appears).
+ * a few tens of MB whatever the file size and the thread count (chunks shrink as threads
+ * grow, see chunk_size).  Only a text with no stable cut for a long stretch (megabytes of one
+ * piece) grows a chunk, until a cut appears.
  *
  * Output goes to a temporary file beside out_path (mkstemp), renamed over out_path only after
  * everything succeeded; on any error the temporary file is removed and errno is kept for the
@@ -34,6 +35,8 @@
 #include "utf8.h"
 
 #define CHUNK ((size_t)4 << 20)
+#define ROUND_BUDGET ((size_t)32 << 20)   /* text of one round, all threads together */
+#define MIN_CHUNK ((size_t)256 << 10)
 #define MIN_READ ((size_t)64 << 10)
 
 /* The input side: raw bytes not yet decoded, decoded text not yet cut into a chunk. */
@@ -201,11 +204,18 @@ static int write_ids(int fd, const bpe_ids *ids, int width, bpe_bytes *buf)
     return write_all(fd, buf->data, n);
 }
 
-static size_t chunk_size(void)
+/* The chunk size: CHUNK, smaller with many threads so that a round's text (and with it the
+ * ids, the write buffer, the reader's carry) stays within ROUND_BUDGET. */
+static size_t chunk_size(int threads)
 {
     const char *s = getenv("BPE_CFFI_FILE_CHUNK");
     long v = s ? atol(s) : 0;
-    return v >= 64 ? (size_t)v : CHUNK;
+    size_t c = CHUNK;
+    if (v >= 64)
+        return (size_t)v;
+    if ((size_t)threads * c > ROUND_BUDGET)
+        c = ROUND_BUDGET / (size_t)threads;
+    return c < MIN_CHUNK ? MIN_CHUNK : c;
 }
 
 /* Everything of one call that must be released at the end. */
@@ -324,8 +334,8 @@ int bpe_encode_file(const bpe_tokenizer *tok, const char *in_path, const char *o
     fc.r.fd = fc.out_fd = -1;
     fc.r.tok = tok;
     fc.r.mode = special_mode;
-    fc.r.chunk = chunk_size();
     fc.n_jobs = bpe_thread_count(n_threads, SIZE_MAX);
+    fc.r.chunk = chunk_size(fc.n_jobs);
     if ((rc = open_files(&fc, in_path, out_path, &size)) != BPE_OK)
         return finish(&fc, out_path, rc);
     if (progress) {

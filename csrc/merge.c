@@ -134,6 +134,28 @@ static int grow(void **buf, size_t *cap, size_t need, size_t elem)
     return BPE_OK;
 }
 
+/* Grows the heap to at least need entries, keeping its contents and its alignment. */
+static int grow_heap(bpe_merge_scratch *s, size_t need)
+{
+    size_t c = s->heap_cap ? s->heap_cap : 64;
+    void *mem;
+    bpe_heap_entry *h;
+    if (need <= s->heap_cap)
+        return BPE_OK;
+    while (c < need)
+        c *= 2;
+    if (c > (SIZE_MAX / sizeof *h) - 3 || posix_memalign(&mem, 64, (c + 3) * sizeof *h) != 0)
+        return BPE_ERR_NOMEM;
+    h = (bpe_heap_entry *)mem + 3;
+    if (s->heap_cap)
+        memcpy(h, s->heap, s->heap_cap * sizeof *h);
+    free(s->heap_mem);
+    s->heap_mem = mem;
+    s->heap = h;
+    s->heap_cap = c;
+    return BPE_OK;
+}
+
 /* Pushes the pair starting at symbol i (whose right neighbour exists) if it merges. */
 static int push_pair(const bpe_tokenizer *tok, bpe_merge_scratch *s, size_t *hn, uint32_t i)
 {
@@ -142,8 +164,7 @@ static int push_pair(const bpe_tokenizer *tok, bpe_merge_scratch *s, size_t *hn,
     bpe_heap_entry *h;
     if (e == NULL)
         return BPE_OK;
-    if (*hn == s->heap_cap &&
-        grow((void **)&s->heap, &s->heap_cap, *hn + 1, sizeof *s->heap) != BPE_OK)
+    if (*hn == s->heap_cap && grow_heap(s, *hn + 1) != BPE_OK)
         return BPE_ERR_NOMEM;
     h = &s->heap[*hn];
     h->key = ((uint64_t)e->rank << 32) | i;
@@ -175,7 +196,7 @@ static int init_symbols(const bpe_tokenizer *tok, bpe_merge_scratch *s, const ui
 static int init_heap(const bpe_tokenizer *tok, bpe_merge_scratch *s, size_t n, size_t *hn)
 {
     size_t i, k = 0;
-    if (grow((void **)&s->heap, &s->heap_cap, n, sizeof *s->heap) != BPE_OK)
+    if (grow_heap(s, n) != BPE_OK)
         return BPE_ERR_NOMEM;
     for (i = 0; i + 1 < n; i++) {
         const bpe_pair_entry *e = bpe_pair_find(tok, s->syms[i].id, s->syms[i + 1].id);
@@ -254,6 +275,6 @@ void bpe_merge_scratch_free(bpe_merge_scratch *s)
     if (s == NULL)
         return;
     free(s->syms);
-    free(s->heap);
+    free(s->heap_mem);
     memset(s, 0, sizeof *s);
 }

@@ -30,8 +30,10 @@ typedef struct bpe_heap_entry {
 typedef struct bpe_merge_scratch {
     bpe_sym *syms;           /* symbols of the current piece */
     size_t sym_cap;          /* allocated symbols */
-    bpe_heap_entry *heap;    /* the 4-ary min-heap */
+    bpe_heap_entry *heap;    /* the 4-ary min-heap: heap_mem + 3, so that the four children
+                                4i+1..4i+4 of every node share one 64-byte cache line */
     size_t heap_cap;         /* allocated entries */
+    void *heap_mem;          /* the allocation (64-byte aligned) behind heap */
 } bpe_merge_scratch;
 
 /* Merges the n > 0 bytes p[0..n) into token ids written to ids[0..*n_ids) (ids has room for
