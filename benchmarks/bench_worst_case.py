@@ -1,0 +1,102 @@
+"""Worst-case inputs stay linear: encode time per byte of pathological text against English prose.
+
+    python benchmarks/bench_worst_case.py [--mb 10] [--vocab gpt2 cl100k_base o200k_base]
+                                          [--check-mb 1]
+
+For each vocabulary, times encode_ordinary (one call, fresh tokenizer so no cache is warm) on
+--mb MB of: English prose (en_books), one repeated character, one word of random letters,
+spaces, "^", and --mb/10 MB of emoji; prints MB/s and the ratio time-per-byte / prose's
+(the goal: every ratio <= 3).  Then checks the ids against tiktoken on --check-mb MB of each
+input (tiktoken itself is slow on such pieces; its o200k regex overflows on long whitespace,
+so that one piece is encoded with tiktoken's single-piece BPE).
+"""
+import argparse
+import lzma
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+PATTERN = {"gpt2": "gpt2", "cl100k_base": "cl100k", "o200k_base": "o200k"}
+EMOJI = ["😀", "🏳️‍🌈", "👍🏽", "🇫🇷", "🤖", "❤️", "👨‍👩‍👧‍👦", "🙂"]
+
+
+def inputs(mb: float) -> dict:
+    n = int(mb * 1e6)
+    rng = random.Random(0)
+    with lzma.open(SHARED / "corpora" / "en_books.txt.xz", "rb") as f:
+        prose = f.read(n).decode("utf-8", errors="ignore")
+    emoji = []
+    size = 0
+    while size < n // 10:
+        e = rng.choice(EMOJI)
+        emoji.append(e)
+        size += len(e.encode())
+    return {
+        "prose": prose,
+        "repeated char": "a" * n,
+        "random-letter word": "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(n)),
+        "spaces": " " * n,
+        "caret": "^" * n,
+        "emoji": "".join(emoji),
+    }
+
+
+def tokenizer(name: str):
+    from bpe_cffi import Tokenizer
+    vocab = SHARED / "vocab"
+    if name == "gpt2":
+        return Tokenizer.from_files(vocab / "gpt2_vocab.json", vocab / "gpt2_merges.txt")
+    return Tokenizer.from_tiktoken(vocab / f"{name}.tiktoken", pattern=PATTERN[name])
+
+
+def reference_ids(enc, name: str, text: str) -> list:
+    if name == "o200k_base" and text.strip() == "":
+        return enc._encode_single_piece(text.encode())
+    return enc.encode_ordinary(text)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=float, default=10.0)
+    ap.add_argument("--vocab", nargs="+", default=["gpt2", "cl100k_base", "o200k_base"])
+    ap.add_argument("--check-mb", type=float, default=1.0,
+                    help="MB of each input whose ids are checked against tiktoken (0: none)")
+    a = ap.parse_args()
+    texts = inputs(a.mb)
+    sys.path.insert(0, str(SHARED / "vocab"))
+    from offline_tiktoken import get_encoding
+    worst = 0.0
+    for name in a.vocab:
+        print(f"\n{name}: encode_ordinary, one call, fresh tokenizer")
+        per_byte = {}
+        for label, text in texts.items():
+            tok = tokenizer(name)
+            nbytes = len(text.encode())
+            t0 = time.perf_counter()
+            tok.encode_ordinary(text)
+            dt = time.perf_counter() - t0
+            per_byte[label] = dt / nbytes
+            ratio = per_byte[label] / per_byte["prose"]
+            if label != "prose":
+                worst = max(worst, ratio)
+            print(f"  {label:20s} {nbytes / 1e6:6.1f} MB {nbytes / dt / 1e6:8.1f} MB/s "
+                  f"time/byte vs prose {ratio:5.2f}x")
+            tok.close()
+        if a.check_mb > 0:
+            enc = get_encoding(name)
+            tok = tokenizer(name)
+            for label, text in texts.items():
+                part = text[: int(a.check_mb * 1e6) // max(1, len(text[:1].encode()))]
+                same = tok.encode_ordinary(part) == reference_ids(enc, name, part)
+                print(f"  ids == tiktoken on {len(part.encode()) / 1e6:.1f} MB of {label}: {same}")
+                if not same:
+                    return 1
+    print(f"\nworst time-per-byte ratio to prose: {worst:.2f}x (goal <= 3x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
