@@ -403,3 +403,24 @@ def test_train_classmethod_roundtrip(tmp_path):
     ids = tok.encode(text)
     assert tok.decode(ids) == text
     assert ids == reference_for(tok).encode(text)
+
+
+def test_encode_batch_restores_the_garbage_collector_state():
+    """encode_batch pauses the cyclic GC while it builds its result lists; it must leave the
+    collector as it found it, enabled or disabled, also when the encode fails."""
+    import gc
+    from pyapi_helpers import ours
+    tok = ours("gpt2")
+    docs = ["hello world", "", "more text here"] * 50
+    assert gc.isenabled()
+    assert tok.encode_batch(docs) == [tok.encode(d) for d in docs]
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        tok.encode_batch(docs)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with pytest.raises(ValueError):
+        tok.encode_batch(["<|endoftext|>"], allowed_special=set(), disallowed_special="all")
+    assert gc.isenabled()
