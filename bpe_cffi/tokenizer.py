@@ -17,6 +17,7 @@ freed when the object is garbage collected (ffi.gc).  Do not close a tokenizer w
 thread is still encoding with it.
 """
 import gc
+import itertools
 import os
 import threading
 
@@ -49,6 +50,20 @@ def _ids(ptr, n) -> list:
     if n < 48 or not _UINT_IS_32:
         return ffi.unpack(ptr, n)
     return memoryview(ffi.buffer(ptr, 4 * n)).cast("I").tolist()
+
+
+def _split_ids(ptr, total, ends) -> list:
+    """[ids[0:ends[0]], ids[ends[0]:ends[1]], ...] for the `total` uint32 ids at ptr."""
+    if total == 0:
+        return [[] for _ in ends]
+    flat = memoryview(ffi.buffer(ptr, 4 * total)).cast("I") if _UINT_IS_32 else \
+        ffi.unpack(ptr, total)
+    out, start = [], 0
+    for end in ends:
+        part = flat[start:end]
+        out.append(part.tolist() if _UINT_IS_32 else part)
+        start = end
+    return out
 
 
 class _GCPaused:
@@ -551,11 +566,15 @@ class Tokenizer:
             return []
         if self._cpattern == 0:
             return [self._encode_py(d, mode) for d in datas]
-        ptrs = ffi.new("uint8_t *[]", [ffi.from_buffer("uint8_t[]", d) for d in datas])
-        lens = ffi.new("size_t[]", [len(d) for d in datas])
-        outs = ffi.new("bpe_ids[]", n)
+        # The texts go in as one joined buffer and the ids come back in one buffer with
+        # per-text ends: per text, Python pays two offsets and a slice instead of a cdata
+        # pointer, a C buffer and a free.
+        ends = ffi.new("size_t[]", list(itertools.accumulate(map(len, datas))))
+        out_ends = ffi.new("size_t[]", n)
+        out = ffi.new("bpe_ids *")
         info = ffi.new("size_t *")
-        rc = lib.bpe_encode_batch(self._handle(), n, ptrs, lens, mode, num_threads, outs, info)
+        rc = lib.bpe_encode_batch_flat(self._handle(), n, b"".join(datas), ends, mode,
+                                       num_threads, out, out_ends, info)
         try:
             if rc:
                 if rc == lib.BPE_ERR_DISALLOWED or rc == lib.BPE_ERR_NOBYTE:
@@ -566,10 +585,9 @@ class Tokenizer:
                                     disallowed_special=disallowed_special)
                 self._raise_encode(rc, info[0], "encode_batch")
             with _GCPaused():
-                return [_ids(o.ids, o.len) for o in outs]
+                return _split_ids(out.ids, out.len, ffi.unpack(out_ends, n))
         finally:
-            for k in range(n):
-                lib.bpe_ids_free(outs + k)
+            lib.bpe_ids_free(out)
 
     def encode_file(self, input_path, output_path, *, dtype=None, num_threads=None,
                     progress: bool = True) -> int:

@@ -157,3 +157,61 @@ int bpe_encode_batch(const bpe_tokenizer *tok, size_t n, const uint8_t *const *t
     free(old);
     return b.rc;
 }
+
+/* Views the texts laid end to end as pointer/length arrays, runs the batch into per-text
+ * buffers, then gathers them into *out. */
+static int gather(bpe_ids *parts, size_t n, bpe_ids *out, size_t *out_ends)
+{
+    size_t total = 0, i;
+    for (i = 0; i < n; i++)
+        total += parts[i].len;
+    if (out->cap - out->len < total) {
+        uint32_t *grown = realloc(out->ids, (out->len + total) * sizeof *grown);
+        if (grown == NULL)
+            return BPE_ERR_NOMEM;
+        out->ids = grown;
+        out->cap = out->len + total;
+    }
+    for (i = 0; i < n; i++) {
+        if (parts[i].len)
+            memcpy(out->ids + out->len, parts[i].ids, parts[i].len * sizeof *out->ids);
+        out->len += parts[i].len;
+        out_ends[i] = out->len;
+    }
+    return BPE_OK;
+}
+
+int bpe_encode_batch_flat(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
+                          const size_t *ends, const uint8_t *special_mode, int n_threads,
+                          bpe_ids *out, size_t *out_ends, size_t *info)
+{
+    const uint8_t **texts;
+    size_t *lens, i, start = 0;
+    bpe_ids *parts;
+    int rc;
+    if (tok == NULL || out == NULL || (n && (data == NULL || ends == NULL || out_ends == NULL)))
+        return BPE_ERR_ARG;
+    if (n == 0)
+        return bpe_encode_batch(tok, 0, NULL, NULL, special_mode, n_threads, NULL, info);
+    texts = malloc(n * sizeof *texts);
+    lens = malloc(n * sizeof *lens);
+    parts = calloc(n, sizeof *parts);
+    rc = (texts && lens && parts) ? BPE_OK : BPE_ERR_NOMEM;
+    for (i = 0; rc == BPE_OK && i < n; i++) {
+        if (ends[i] < start)
+            rc = BPE_ERR_ARG;
+        texts[i] = data + start;
+        lens[i] = ends[i] - start;
+        start = ends[i];
+    }
+    if (rc == BPE_OK)
+        rc = bpe_encode_batch(tok, n, texts, lens, special_mode, n_threads, parts, info);
+    if (rc == BPE_OK)
+        rc = gather(parts, n, out, out_ends);
+    for (i = 0; parts && i < n; i++)
+        bpe_ids_free(&parts[i]);
+    free(parts);
+    free(lens);
+    free(texts);
+    return rc;
+}

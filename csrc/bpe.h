@@ -156,6 +156,16 @@ int bpe_encode_batch(const bpe_tokenizer *tok, size_t n, const uint8_t *const *t
                      const size_t *lens, const uint8_t *special_mode, int n_threads,
                      bpe_ids *outs, size_t *info);
 
+/* The same as bpe_encode_batch for n texts laid end to end in one buffer: text i is
+ * data[ends[i-1] .. ends[i]) (ends[-1] = 0).  All ids are appended to *out, text after
+ * text, and out_ends[i] (an array of n from the caller) is the end of text i's ids in
+ * out->ids.  One buffer each way, so a caller pays two offsets per text instead of a
+ * pointer, a length and a buffer to free.  Decreasing ends are BPE_ERR_ARG.  On error *out
+ * keeps its length on entry and *info names the failing text. */
+int bpe_encode_batch_flat(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
+                          const size_t *ends, const uint8_t *special_mode, int n_threads,
+                          bpe_ids *out, size_t *out_ends, size_t *info);
+
 /* Encodes the file in_path into out_path as a flat array of little-endian token ids of
  * id_width bytes (2 or 4), in parallel chunks cut where cutting cannot change the ids.
  * Bytes that are not UTF-8 are replaced by U+FFFD as Python's errors="replace" does.

@@ -661,6 +661,54 @@ def test_batch_equals_single():
     assert (e.value.code, e.value.info) == (lib.BPE_ERR_DISALLOWED, 30)
 
 
+def flat_batch(tok, texts, mode=None, n_threads=2):
+    """bpe_encode_batch_flat on texts laid end to end: (per-text id lists, rc, info, ids in
+    the output buffer)."""
+    ends = ffi.new("size_t[]", [sum(map(len, texts[:i + 1])) for i in range(len(texts))])
+    out_ends = ffi.new("size_t[]", max(1, len(texts)))
+    out = ffi.new("bpe_ids *")
+    info = ffi.new("size_t *")
+    cmode = ffi.new("uint8_t[]", mode) if mode else ffi.NULL
+    rc = lib.bpe_encode_batch_flat(tok.ptr, len(texts), b"".join(texts), ends, cmode,
+                                   n_threads, out, out_ends, info)
+    flat = ffi.unpack(out.ids, out.len) if out.len else []
+    lists, start = [], 0
+    if rc == lib.BPE_OK:
+        for i in range(len(texts)):
+            lists.append(flat[start:out_ends[i]])
+            start = out_ends[i]
+    lib.bpe_ids_free(out)
+    return lists, rc, info[0], flat
+
+
+def test_flat_batch_equals_single():
+    tok, enc = native_tokenizer("o200k_base")
+    texts = corpus_texts(40, 5000) + [b"", b"<|endoftext|>x", b"", b"a" * 100_000]
+    expect = [tok.encode(t) for t in texts]
+    for n_threads in [0, 1, 2, 5]:
+        lists, rc, _, _ = flat_batch(tok, texts, n_threads=n_threads)
+        assert rc == lib.BPE_OK
+        assert lists == expect
+    lists, rc, _, _ = flat_batch(tok, texts, mode=[1, 1])
+    assert lists[41] == enc.encode("<|endoftext|>x", allowed_special="all")
+    assert flat_batch(tok, [])[:2] == ([], lib.BPE_OK)
+
+
+def test_flat_batch_errors_leave_the_output_alone():
+    tok, _ = native_tokenizer("o200k_base")
+    bad = [b"fine"] * 30 + [b"<|endoftext|>"] + [b"ok"] * 5
+    _, rc, info, left = flat_batch(tok, bad, mode=[2, 2], n_threads=3)
+    assert (rc, info, left) == (lib.BPE_ERR_DISALLOWED, 30, [])
+    # ends that go backwards are an argument error, not a huge length and a crash
+    ends = ffi.new("size_t[]", [4, 2])
+    out = ffi.new("bpe_ids *")
+    out_ends = ffi.new("size_t[]", 2)
+    rc = lib.bpe_encode_batch_flat(tok.ptr, 2, b"abcd", ends, ffi.NULL, 1, out, out_ends,
+                                   ffi.NULL)
+    assert rc == lib.BPE_ERR_ARG and out.len == 0
+    lib.bpe_ids_free(out)
+
+
 def test_python_threads_share_one_tokenizer():
     tok, enc = native_tokenizer("cl100k_base", cache=512)
     texts = [t.decode("utf-8", "ignore") for t in corpus_texts(16, 20_000)]
