@@ -1,0 +1,70 @@
+"""Single-thread encode speed against tiktoken as a robust ratio: alternating pairs.
+
+    python benchmarks/bench_single.py [--mb 8] [--pairs 9] [--vocab gpt2 cl100k_base o200k_base]
+                                      [--corpus en_books code multilingual web]
+
+On a shared machine the speed of both encoders drifts from second to second, so a ratio of two
+separately measured bests can be off by 2x.  Here each pair times tiktoken's encode_ordinary
+and ours back to back on the same text (order alternating), and the MEDIAN of the per-pair
+ratios is reported, with the min and max.  The ids are checked once per (vocab, corpus).
+"""
+import argparse
+import lzma
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+PATTERN = {"gpt2": "gpt2", "cl100k_base": "cl100k", "o200k_base": "o200k"}
+
+
+def tokenizer(name: str):
+    from bpe_cffi import Tokenizer
+    vocab = SHARED / "vocab"
+    if name == "gpt2":
+        return Tokenizer.from_files(vocab / "gpt2_vocab.json", vocab / "gpt2_merges.txt")
+    return Tokenizer.from_tiktoken(vocab / f"{name}.tiktoken", pattern=PATTERN[name])
+
+
+def timed(fn, text) -> float:
+    t0 = time.perf_counter()
+    fn(text)
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=float, default=8.0)
+    ap.add_argument("--pairs", type=int, default=9)
+    ap.add_argument("--vocab", nargs="+", default=["gpt2", "cl100k_base", "o200k_base"])
+    ap.add_argument("--corpus", nargs="+", default=["en_books", "code", "multilingual", "web"])
+    a = ap.parse_args()
+    sys.path.insert(0, str(SHARED / "vocab"))
+    from offline_tiktoken import get_encoding
+    print(f"single-thread encode_ordinary, {a.mb} MB per corpus, {a.pairs} alternating pairs; "
+          f"ratio = tiktoken time / bpe_cffi time (median [min-max])")
+    for name in a.vocab:
+        enc, tok = get_encoding(name), tokenizer(name)
+        for corpus in a.corpus:
+            with lzma.open(SHARED / "corpora" / f"{corpus}.txt.xz", "rb") as f:
+                text = f.read(int(a.mb * 1e6)).decode("utf-8", errors="ignore")
+            if tok.encode_ordinary(text) != enc.encode_ordinary(text):
+                print(f"{name} {corpus}: ids differ from tiktoken")
+                return 1
+            ratios, ours = [], []
+            for i in range(a.pairs):
+                if i % 2:
+                    t_ours, t_tik = timed(tok.encode_ordinary, text), timed(enc.encode_ordinary, text)
+                else:
+                    t_tik, t_ours = timed(enc.encode_ordinary, text), timed(tok.encode_ordinary, text)
+                ratios.append(t_tik / t_ours)
+                ours.append(len(text.encode()) / t_ours / 1e6)
+            print(f"{name:12s} {corpus:13s} ours {statistics.median(ours):6.1f} MB/s   ratio "
+                  f"{statistics.median(ratios):5.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
