@@ -35,6 +35,9 @@ class Bar:
         self.start = time.monotonic()
         self.last = 0.0
         self.drawn = False
+        self.last_line = ""
+        isatty = getattr(self.stream, "isatty", None)
+        self.interactive = bool(isatty and isatty())
 
     def update(self, done: int, total: int, force: bool = False) -> None:
         now = time.monotonic()
@@ -55,14 +58,19 @@ class Bar:
                     f"{rate / self.scale:,.1f} {self.unit}/s ETA {eta}")
         else:
             line = f"{self.label} {amount} {self.unit} {rate / self.scale:,.1f} {self.unit}/s"
-        self.stream.write("\r" + line + "\x1b[K")
-        self.stream.flush()
+        if self.interactive:
+            self.stream.write("\r" + line + "\x1b[K")
+            self.stream.flush()
+        self.last_line = line
         self.drawn = True
 
     def close(self) -> None:
+        """End the bar's line.  On a terminal the bar was redrawn in place; elsewhere (a log
+        file, a pipe) nothing was written yet, and the final state is written once, plainly."""
         if self.drawn:
-            self.stream.write("\n")
+            self.stream.write("\n" if self.interactive else self.last_line + "\n")
             self.stream.flush()
+            self.drawn = False
 
 
 def run_cancellable(call, progress_struct, bars=None):
