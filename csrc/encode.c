@@ -27,25 +27,6 @@
 
 #define CANCEL_EVERY 4096   /* pieces between two looks at the cancel flag */
 
-int bpe_ids_reserve(bpe_ids *out, size_t more)
-{
-    size_t need = out->len + more, cap;
-    uint32_t *p;
-    if (need < out->len || need > SIZE_MAX / 8)
-        return BPE_ERR_TOOBIG;
-    if (need <= out->cap)
-        return BPE_OK;
-    cap = out->cap < 64 ? 64 : out->cap;
-    while (cap < need)
-        cap += cap / 2 + 64;
-    p = realloc(out->ids, cap * sizeof *p);
-    if (p == NULL)
-        return BPE_ERR_NOMEM;
-    out->ids = p;
-    out->cap = cap;
-    return BPE_OK;
-}
-
 void bpe_work_open(const bpe_tokenizer *tok, bpe_work *w)
 {
     memset(&w->own, 0, sizeof w->own);
@@ -316,6 +297,7 @@ int bpe_decode(const bpe_tokenizer *tok, const uint32_t *ids, size_t n, bpe_byte
 {
     size_t total = 0, i;
     uint8_t *dst;
+    int rc;
     if (tok == NULL || out == NULL || (ids == NULL && n))
         return BPE_ERR_ARG;
     for (i = 0; i < n; i++) {
@@ -326,16 +308,8 @@ int bpe_decode(const bpe_tokenizer *tok, const uint32_t *ids, size_t n, bpe_byte
         }
         total += tok->by_id[ids[i]].len;
     }
-    if (out->len + total > out->cap) {
-        size_t cap = out->cap + out->cap / 2;
-        uint8_t *p;
-        if (cap < out->len + total)
-            cap = out->len + total;
-        if ((p = realloc(out->data, cap ? cap : 1)) == NULL)
-            return BPE_ERR_NOMEM;
-        out->data = p;
-        out->cap = cap;
-    }
+    if ((rc = bpe_bytes_reserve(out, total)) != BPE_OK)
+        return rc;
     dst = out->data + out->len;
     for (i = 0; i < n; i++) {
         const bpe_token_ref *r = &tok->by_id[ids[i]];

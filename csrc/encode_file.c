@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "buffers.h"
 #include "batch.h"
 #include "encode.h"
 #include "tokenizer.h"
@@ -69,22 +70,6 @@ typedef struct round {
     size_t next;                /* next job to claim (atomic) */
 } round_t;
 
-static int reserve_bytes(bpe_bytes *b, size_t more)
-{
-    size_t need = b->len + more, cap;
-    uint8_t *p;
-    if (need <= b->cap)
-        return BPE_OK;
-    cap = b->cap ? b->cap : 4096;
-    while (cap < need)
-        cap *= 2;
-    if ((p = realloc(b->data, cap)) == NULL)
-        return BPE_ERR_NOMEM;
-    b->data = p;
-    b->cap = cap;
-    return BPE_OK;
-}
-
 static void drop_front(bpe_bytes *b, size_t n)
 {
     if (n == 0)
@@ -99,7 +84,7 @@ static int fill(reader *r, size_t want)
     size_t complete;
     ssize_t got;
     int rc;
-    if ((rc = reserve_bytes(&r->raw, want)) != BPE_OK)
+    if ((rc = bpe_bytes_reserve(&r->raw, want)) != BPE_OK)
         return rc;
     do
         got = read(r->fd, r->raw.data + r->raw.len, want);
@@ -143,7 +128,7 @@ static int next_chunk(reader *r, bpe_bytes *dst)
     }
     if (cut == 0)
         return BPE_OK;   /* the end of the input */
-    if ((rc = reserve_bytes(dst, cut)) != BPE_OK)
+    if ((rc = bpe_bytes_reserve(dst, cut)) != BPE_OK)
         return rc;
     memcpy(dst->data, r->text.data, cut);
     dst->len = cut;
@@ -189,7 +174,7 @@ static int write_ids(int fd, const bpe_ids *ids, int width, bpe_bytes *buf)
     size_t i, n = ids->len * (size_t)width;
     int rc;
     buf->len = 0;
-    if ((rc = reserve_bytes(buf, n)) != BPE_OK)
+    if ((rc = bpe_bytes_reserve(buf, n)) != BPE_OK)
         return rc;
     for (i = 0; i < ids->len; i++) {
         uint32_t v = ids->ids[i];

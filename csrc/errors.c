@@ -1,12 +1,9 @@
 /*
- * errors.c - error messages, the version string, and the two buffer types' release functions.
+ * errors.c - error messages and the version string.
  *
  * Every fallible function in the library returns one of the BPE_ERR_* codes of bpe.h; this
  * file is the one place that turns a code into words.  No state: safe from any thread.
  */
-#include <stdlib.h>
-#include <string.h>
-
 #include "bpe.h"
 
 #define BPE_VERSION_STRING "0.1.0"
@@ -33,20 +30,4 @@ const char *bpe_strerror(int code)
     case BPE_ERR_NOBYTE: return "a byte of the text has no token in the vocabulary";
     default: return "unknown error";
     }
-}
-
-void bpe_ids_free(bpe_ids *ids)
-{
-    if (ids == NULL)
-        return;
-    free(ids->ids);
-    memset(ids, 0, sizeof *ids);
-}
-
-void bpe_bytes_free(bpe_bytes *b)
-{
-    if (b == NULL)
-        return;
-    free(b->data);
-    memset(b, 0, sizeof *b);
 }

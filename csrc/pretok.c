@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "bpe.h"
+#include "buffers.h"
 #include "pretok.h"
 #include "unicode_tables.h"
 #include "utf8.h"
@@ -442,19 +443,10 @@ int bpe_pretokenize(int pattern, const uint8_t *text, size_t len, bpe_ids *ends)
     size_t start_len = ends->len, pos = 0;
     while (pos < len) {
         size_t e = bpe_pretok_next(pattern, text, len, pos);
-        if (ends->len == ends->cap) {
-            size_t cap = ends->cap ? ends->cap * 2 : 64;
-            if (cap < ends->cap || cap > SIZE_MAX / sizeof(uint32_t)) {
-                ends->len = start_len;
-                return BPE_ERR_NOMEM;
-            }
-            uint32_t *p = realloc(ends->ids, cap * sizeof(uint32_t));
-            if (!p) {
-                ends->len = start_len;
-                return BPE_ERR_NOMEM;
-            }
-            ends->ids = p;
-            ends->cap = cap;
+        int rc = bpe_ids_reserve(ends, 1);
+        if (rc != BPE_OK) {
+            ends->len = start_len;
+            return rc;
         }
         ends->ids[ends->len++] = (uint32_t)e;
         pos = e;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "bpe.h"
+#include "buffers.h"
 #include "cache.h"
 #include "special.h"
 
@@ -117,8 +118,5 @@ static inline const bpe_pair_entry *bpe_pair_find(const bpe_tokenizer *tok, uint
 /* The id of the ordinary token with exactly these bytes (hash h = bpe_hash_bytes), or
  * BPE_NO_ID. */
 uint32_t bpe_ordinary_lookup(const bpe_tokenizer *tok, const uint8_t *p, size_t n, uint64_t h);
-
-/* Grows out so that it can take `more` ids; geometric.  BPE_OK or BPE_ERR_NOMEM/TOOBIG. */
-int bpe_ids_reserve(bpe_ids *out, size_t more);
 
 #endif

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "buffers.h"
 #include "train.h"
 
 #define DEFAULT_BLOCK (4u << 20)
@@ -117,35 +118,13 @@ size_t bpe_trainer_n_words(const bpe_trainer *t)
 
 static int bytes_append(bpe_bytes *b, const uint8_t *p, size_t len)
 {
+    int rc;
     if (len == 0)
         return BPE_OK;
-    if (b->len + len > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + len)
-            cap *= 2;
-        uint8_t *d = realloc(b->data, cap);
-        if (d == NULL)
-            return BPE_ERR_NOMEM;
-        b->data = d;
-        b->cap = cap;
-    }
+    if ((rc = bpe_bytes_reserve(b, len)) != BPE_OK)
+        return rc;
     memcpy(b->data + b->len, p, len);
     b->len += len;
-    return BPE_OK;
-}
-
-static int ids_reserve(bpe_ids *ids, size_t more)
-{
-    if (ids->len + more <= ids->cap)
-        return BPE_OK;
-    size_t cap = ids->cap ? ids->cap : 256;
-    while (cap < ids->len + more)
-        cap *= 2;
-    uint32_t *p = realloc(ids->ids, cap * sizeof *p);
-    if (p == NULL)
-        return BPE_ERR_NOMEM;
-    ids->ids = p;
-    ids->cap = cap;
     return BPE_OK;
 }
 
@@ -160,9 +139,9 @@ int bpe_trainer_result(const bpe_trainer *t, bpe_bytes *token_bytes, bpe_ids *to
         return BPE_ERR_TOOBIG;
     int rc = bytes_append(token_bytes, t->tok_bytes, t->tok_bytes_len);
     if (rc == BPE_OK)
-        rc = ids_reserve(token_offsets, t->n_tokens + 1);
+        rc = bpe_ids_reserve(token_offsets, t->n_tokens + 1);
     if (rc == BPE_OK)
-        rc = ids_reserve(merges, 3 * t->n_merges);
+        rc = bpe_ids_reserve(merges, 3 * t->n_merges);
     if (rc != BPE_OK)
         return rc;
     for (size_t i = 0; i <= t->n_tokens; i++)

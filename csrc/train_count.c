@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "buffers.h"
 #include "pretok.h"
 #include "train.h"
 #include "utf8.h"
@@ -48,21 +49,6 @@ typedef struct worker {
     train_words words;    /* this thread's counts */
     int rc;
 } worker;
-
-static int bytes_reserve(bpe_bytes *b, size_t more)
-{
-    if (b->len + more <= b->cap)
-        return BPE_OK;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + more)
-        cap *= 2;
-    uint8_t *d = realloc(b->data, cap);
-    if (d == NULL)
-        return BPE_ERR_NOMEM;
-    b->data = d;
-    b->cap = cap;
-    return BPE_OK;
-}
 
 /* Reads one block and appends its complete UTF-8 part to r->text. */
 static int read_block(reader *r)
@@ -168,7 +154,7 @@ static int next_chunk(reader *r, bpe_bytes *chunk)
     bpe_bytes whole = r->text;
     r->text = *chunk;
     r->text.len = 0;
-    int rc = bytes_reserve(&r->text, whole.len - cut);
+    int rc = bpe_bytes_reserve(&r->text, whole.len - cut);
     if (rc != BPE_OK) {
         *chunk = whole;
         chunk->len = 0;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buffers.h"
 #include "utf8.h"
 
 /* For a lead byte: the sequence length (0: not a lead byte) and the allowed range of the
@@ -102,30 +103,16 @@ int bpe_utf8_valid(const uint8_t *buf, size_t len)
     return valid_run(buf, len, 0) == len;
 }
 
-/* Makes room for `extra` more bytes in *out. */
-static int reserve(bpe_bytes *out, size_t extra)
-{
-    if (out->cap - out->len >= extra) return BPE_OK;
-    if (extra > SIZE_MAX / 2 - out->len) return BPE_ERR_NOMEM;
-    size_t cap = out->cap ? out->cap : 64;
-    while (cap - out->len < extra) cap *= 2;
-    uint8_t *p = realloc(out->data, cap);
-    if (!p) return BPE_ERR_NOMEM;
-    out->data = p;
-    out->cap = cap;
-    return BPE_OK;
-}
-
 /* See utf8.h.  On BPE_ERR_NOMEM, *out keeps its previous length (its buffer may have grown). */
 int bpe_utf8_replace_invalid(const uint8_t *buf, size_t len, bpe_bytes *out)
 {
     static const uint8_t fffd[3] = {0xEF, 0xBF, 0xBD};
     if (!out || (!buf && len)) return BPE_ERR_ARG;
     size_t start_len = out->len, i = 0;
-    if (reserve(out, len) != BPE_OK) return BPE_ERR_NOMEM;
+    if (bpe_bytes_reserve(out, len) != BPE_OK) return BPE_ERR_NOMEM;
     while (i < len) {
         size_t run = valid_run(buf, len, i);
-        if (reserve(out, run + 3) != BPE_OK) {
+        if (bpe_bytes_reserve(out, run + 3) != BPE_OK) {
             out->len = start_len;
             return BPE_ERR_NOMEM;
         }

@@ -1,7 +1,7 @@
 """csrc/utf8.c against Python's own UTF-8 codec.
 
 utf8.c has no binding in the package's cdef, so this file builds a tiny test-only cffi module
-from csrc/utf8.c + csrc/errors.c in a temporary directory.  Expected results always come from
+from csrc/utf8.c + csrc/buffers.c in a temporary directory.  Expected results always come from
 Python: bytes.decode("utf-8", errors="replace"), strict decoding, and the incremental decoder.
 """
 import codecs
@@ -31,7 +31,8 @@ def u8(tmp_path_factory):
         void free(void *);
     """)
     ffi.set_source("_utf8_test", '#include <stdlib.h>\n#include "utf8.h"',
-                   sources=[str(CSRC / "utf8.c")], include_dirs=[str(CSRC)],
+                   sources=[str(CSRC / "utf8.c"), str(CSRC / "buffers.c")],
+                   include_dirs=[str(CSRC)],
                    extra_compile_args=["-std=c99", "-Wall", "-Wextra", "-O1"])
     so = ffi.compile(tmpdir=str(tmp))
     sys.path.insert(0, str(tmp))

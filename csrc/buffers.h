@@ -1,0 +1,21 @@
+/*
+ * buffers.h - growing the two public buffer types (bpe_ids, bpe_bytes) of bpe.h.
+ *
+ * Every C file that appends to a caller's buffer grows it here, with one policy: at least
+ * 64 items, then 1.5x + 64 until the need is met, and a size overflow is BPE_ERR_TOOBIG.
+ * On failure the buffer is unchanged (same data, len and cap).
+ */
+#ifndef BPE_BUFFERS_H
+#define BPE_BUFFERS_H
+
+#include <stddef.h>
+
+#include "bpe.h"
+
+/* Makes room for `more` ids after ids->len.  BPE_OK, BPE_ERR_NOMEM or BPE_ERR_TOOBIG. */
+int bpe_ids_reserve(bpe_ids *ids, size_t more);
+
+/* Makes room for `more` bytes after b->len.  BPE_OK, BPE_ERR_NOMEM or BPE_ERR_TOOBIG. */
+int bpe_bytes_reserve(bpe_bytes *b, size_t more);
+
+#endif
