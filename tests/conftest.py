@@ -53,3 +53,12 @@ def cs336_path(name: str) -> Path:
     if not p.exists():
         pytest.skip(f"CS336 fixture {p} not found")
     return p
+
+
+def default_sigint():
+    """preexec_fn for a child that a test interrupts with SIGINT.  A runner started in the
+    background by a non-interactive shell (`cmd &`) inherits SIGINT as ignored, and Python
+    then keeps ignoring it (so would its children): reset it so the child gets
+    KeyboardInterrupt whatever launched the test run."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

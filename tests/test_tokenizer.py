@@ -327,14 +327,15 @@ def test_encode_file_ctrl_c_cancels(tmp_path):
     chunk = corpus_slice("web", 400_000)
     src = tmp_path / "big.txt"
     with open(src, "w", encoding="utf-8") as f:
-        for _ in range(200):                     # ~80 MB: many seconds of work
+        for _ in range(500):                     # ~200 MB: seconds of work even on a fast machine
             f.write(chunk)
     out = tmp_path / "big.bin"
     script = CANCEL_SCRIPT.format(paths=[os.path.dirname(os.path.dirname(bpe_cffi.__file__))],
                                   vocab=str(vocab_path("cl100k_base.tiktoken")),
                                   out=str(out), src=str(src))
+    from conftest import default_sigint
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=300)
+                         timeout=300, preexec_fn=default_sigint)
     assert res.returncode == 0, res.stderr[-2000:]
     word, elapsed, *rest = res.stdout.split()
     assert word == "interrupted", res.stdout

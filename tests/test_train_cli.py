@@ -10,7 +10,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from conftest import REPO, read_corpus  # noqa: E402
+from conftest import REPO, default_sigint, read_corpus  # noqa: E402
 
 from bpe_cffi import train_bpe  # noqa: E402
 from bpe_cffi.patterns import GPT2  # noqa: E402
@@ -190,7 +190,7 @@ def test_sigint_stops_training_promptly(tmp_path):
                  [sys.executable, "-m", "bpe_cffi", "train", str(big), "--vocab-size",
                   "60000", "--threads", "2", "-o", str(out)]):
         p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=ENV)
+                             env=ENV, preexec_fn=default_sigint)
         time.sleep(2.0)
         assert p.poll() is None, "training ended before it could be interrupted"
         t0 = time.monotonic()
