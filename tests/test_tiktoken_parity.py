@@ -138,10 +138,14 @@ def test_disallowed_special_raises_like_tiktoken(vocab):
         enc.encode("plain")
 
 
-@pytest.mark.xfail(reason="our scanner's Unicode tables (from the regex module, newer) call some "
-                          "code points letters that tiktoken's (older) do not; a pretok issue",
-                   strict=False)
-@pytest.mark.parametrize("vocab", VOCABS)
+UNICODE_GAP = pytest.mark.xfail(
+    reason="our scanner's Unicode tables (the regex module's Unicode 18) call some code points "
+           "letters that tiktoken's older tables do not; with cl100k's pattern that changes "
+           "the pieces (documented in README, Known gaps)", strict=True)
+
+
+@pytest.mark.parametrize("vocab", [pytest.param(v, marks=UNICODE_GAP) if v == "cl100k_base"
+                                   else v for v in VOCABS])
 def test_recent_unicode_letters(vocab):
     """Characters assigned after Unicode 14 (e.g. U+33438, CJK extension J): tiktoken's regex
     engine does not see them as letters.  Measures how many differ, and fails if any does."""
