@@ -4,12 +4,12 @@
  *
  * Design: threads are started per call and always joined before it returns; there is no
  * persistent pool, so nothing survives into a fork()ed child and there is nothing to clean up
- * when the process ends (fork safety without pthread_atfork).  A call with little work runs
- * on the calling thread alone.  Workers take the next text index from one atomic counter; each owns a work
- * slot (bpe_work) for its lifetime.  Results go straight into outs[i], so they are identical
- * to bpe_encode of each text.  Error invariant: once some text fails, no worker claims a new
- * index (new indexes are all larger), every claimed one finishes, and the smallest failing
- * index is reported; then every output is restored to its length on entry.
+ * when the process ends (fork safety without pthread_atfork). A call with little work runs on
+ * the calling thread alone. Workers take the next text index from one atomic counter; each owns
+ * a work slot (bpe_work) for its lifetime. Results go straight into outs[i], so they are
+ * identical to bpe_encode of each text. Error invariant: once some text fails, no worker claims
+ * a new index (new indexes are all larger), every claimed one finishes, and the smallest
+ * failing index is reported; then every output is restored to its length on entry.
  */
 #include <pthread.h>
 #include <stdlib.h>
