@@ -16,6 +16,7 @@ ValueError("<file>:<line>: <what is wrong>"); a missing file raises the OSError 
 """
 import base64
 import binascii
+import contextlib
 import json
 import os
 import tempfile
@@ -499,18 +500,20 @@ def read_hf(path, doc=None, text=None) -> dict:
 
 # ---- writing files safely -------------------------------------------------------------
 
-def atomic_write(path, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file in the same directory, fsync, rename: a
-    reader sees the old file or the whole new one, never a part."""
+@contextlib.contextmanager
+def atomic_output(path):
+    """A binary file to write `path` through: a temporary file in the same directory, given
+    the usual permissions (mkstemp makes 0600), fsynced and renamed over `path` when the block
+    ends normally, removed when it raises.  A reader sees the old file or the whole new one."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
     try:
         mask = os.umask(0)
         os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)     # mkstemp makes 0600; give the file the usual mode
+        os.chmod(tmp, 0o666 & ~mask)
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -520,6 +523,11 @@ def atomic_write(path, data: bytes) -> None:
         except OSError:
             pass
         raise
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory) -> None:
+    """Make a rename in `directory` durable (best effort: not every filesystem allows it)."""
     try:
         dfd = os.open(directory, os.O_RDONLY)
     except OSError:
@@ -530,3 +538,9 @@ def atomic_write(path, data: bytes) -> None:
         pass
     finally:
         os.close(dfd)
+
+
+def atomic_write(path, data: bytes) -> None:
+    """Write `data` to `path` through atomic_output."""
+    with atomic_output(path) as f:
+        f.write(data)

@@ -768,26 +768,17 @@ class Tokenizer:
         import array
         typecode = "H" if width == 2 else "I"
         n = 0
-        tmp = out_path + ".part"
-        try:
-            with open(in_path, "r", encoding="utf-8", errors="replace", newline="") as fin, \
-                    open(tmp, "wb") as fout:
-                buf = array.array(typecode)
-                for i in self.encode_iterable(fin):
-                    buf.append(i)
-                    if len(buf) >= 1 << 16:
-                        _write_le(fout, buf)
-                        n += len(buf)
-                        buf = array.array(typecode)
-                _write_le(fout, buf)
-                n += len(buf)
-            os.replace(tmp, out_path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        with open(in_path, "r", encoding="utf-8", errors="replace", newline="") as fin, \
+                formats.atomic_output(out_path) as fout:
+            buf = array.array(typecode)
+            for i in self.encode_iterable(fin):
+                buf.append(i)
+                if len(buf) >= 1 << 16:
+                    _write_le(fout, buf)
+                    n += len(buf)
+                    buf = array.array(typecode)
+            _write_le(fout, buf)
+            n += len(buf)
         return n
 
     # ---- decoding -------------------------------------------------------------------------
