@@ -7,47 +7,29 @@ awaits (duplicates after a resend, abandoned requests) are dropped.  Each attemp
 """
 import asyncio
 import collections
-import itertools
 
 import zmq
 import zmq.asyncio
 
 from . import protocol as P
-from .client import (_CLIENT_LIMITS, DaemonError, DaemonTimeout, configure_socket,
-                     reply_ids, request_msg)
+from .client import (_CLIENT_LIMITS, DaemonError, DaemonTimeout, _ClientBase, reply_ids,
+                     request_msg)
 
 
-class AsyncClient:
+class AsyncClient(_ClientBase):
     """Same operations as Client, as coroutines; `stream` is an async generator."""
+
+    _context_type = zmq.asyncio.Context
 
     def __init__(self, endpoints="tcp://127.0.0.1:5555", *, tokenizer=None, timeout=10.0,
                  retries=3, context=None, curve_server_key=None, curve_public_key=None,
                  curve_secret_key=None, heartbeat_ivl_ms=2000):
-        if isinstance(endpoints, str):
-            endpoints = [endpoints]
-        self.endpoints = list(endpoints)
-        if not self.endpoints:
-            raise ValueError("no daemon endpoint given")
-        self.tokenizer = tokenizer
-        self.timeout = float(timeout)
-        self.retries = int(retries)
-        self._ctx = context or zmq.asyncio.Context()
-        self._own_ctx = context is None
-        self._socks = []
-        for ep in self.endpoints:
-            s = self._ctx.socket(zmq.DEALER)
-            configure_socket(s, curve_server_key=curve_server_key,
-                             curve_public_key=curve_public_key,
-                             curve_secret_key=curve_secret_key,
-                             heartbeat_ivl_ms=heartbeat_ivl_ms)
-            s.connect(ep)
-            self._socks.append(s)
-        self._ids = itertools.count(1)
-        self._streams = itertools.count(1)
-        self._rr = itertools.count()
+        super().__init__(endpoints, tokenizer=tokenizer, timeout=timeout, retries=retries,
+                         context=context, curve_server_key=curve_server_key,
+                         curve_public_key=curve_public_key, curve_secret_key=curve_secret_key,
+                         heartbeat_ivl_ms=heartbeat_ivl_ms)
         self._futures = {}
         self._readers = None
-        self._closed = False
 
     def _ensure_readers(self):
         if self._readers is None:

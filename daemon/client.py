@@ -104,7 +104,42 @@ def reply_ids(ids):
     return P.bin_to_ids(ids) if isinstance(ids, (bytes, bytearray)) else list(ids)
 
 
-class Client:
+class _ClientBase:
+    """What the blocking and asyncio clients share: endpoints, timeouts, the ZeroMQ context
+    (owned only when the client made it), one DEALER socket per endpoint, id counters."""
+
+    _context_type = zmq.Context
+
+    def __init__(self, endpoints, *, tokenizer, timeout, retries, context, curve_server_key,
+                 curve_public_key, curve_secret_key, heartbeat_ivl_ms):
+        if isinstance(endpoints, str):
+            endpoints = [endpoints]
+        self.endpoints = list(endpoints)
+        if not self.endpoints:
+            raise ValueError("no daemon endpoint given")
+        self.tokenizer = tokenizer
+        self.timeout = float(timeout)
+        self.retries = int(retries)
+        self._ctx = context or self._context_type()
+        self._own_ctx = context is None
+        self._sock_opts = dict(curve_server_key=curve_server_key,
+                               curve_public_key=curve_public_key,
+                               curve_secret_key=curve_secret_key,
+                               heartbeat_ivl_ms=heartbeat_ivl_ms)
+        self._socks = [self._connect(ep) for ep in self.endpoints]
+        self._ids = itertools.count(1)
+        self._streams = itertools.count(1)
+        self._rr = itertools.count()
+        self._closed = False
+
+    def _connect(self, endpoint):
+        s = self._ctx.socket(zmq.DEALER)
+        configure_socket(s, **self._sock_opts)
+        s.connect(endpoint)
+        return s
+
+
+class Client(_ClientBase):
     """Blocking client.  endpoints: one endpoint string or a list (load is spread over them).
 
     timeout: seconds to wait for one attempt; retries: resends after a timeout (or a retryable
@@ -114,36 +149,15 @@ class Client:
     def __init__(self, endpoints="tcp://127.0.0.1:5555", *, tokenizer=None, timeout=10.0,
                  retries=3, context=None, curve_server_key=None, curve_public_key=None,
                  curve_secret_key=None, heartbeat_ivl_ms=2000):
-        if isinstance(endpoints, str):
-            endpoints = [endpoints]
-        self.endpoints = list(endpoints)
-        if not self.endpoints:
-            raise ValueError("no daemon endpoint given")
-        self.tokenizer = tokenizer
-        self.timeout = float(timeout)
-        self.retries = int(retries)
-        self._ctx = context or zmq.Context()
-        self._own_ctx = context is None
-        self._sock_opts = dict(curve_server_key=curve_server_key,
-                               curve_public_key=curve_public_key,
-                               curve_secret_key=curve_secret_key,
-                               heartbeat_ivl_ms=heartbeat_ivl_ms)
-        self._socks = [self._connect(ep) for ep in self.endpoints]
+        super().__init__(endpoints, tokenizer=tokenizer, timeout=timeout, retries=retries,
+                         context=context, curve_server_key=curve_server_key,
+                         curve_public_key=curve_public_key, curve_secret_key=curve_secret_key,
+                         heartbeat_ivl_ms=heartbeat_ivl_ms)
         self._poller = zmq.Poller()
         for s in self._socks:
             self._poller.register(s, zmq.POLLIN)
-        self._ids = itertools.count(1)
-        self._streams = itertools.count(1)
-        self._rr = itertools.count()
         self._pending = {}
         self._done = {}
-        self._closed = False
-
-    def _connect(self, endpoint):
-        s = self._ctx.socket(zmq.DEALER)
-        configure_socket(s, **self._sock_opts)
-        s.connect(endpoint)
-        return s
 
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self):
