@@ -566,28 +566,48 @@ class Tokenizer:
             return []
         if self._cpattern == 0:
             return [self._encode_py(d, mode) for d in datas]
-        # The texts go in as one joined buffer and the ids come back in one buffer with
-        # per-text ends: per text, Python pays two offsets and a slice instead of a cdata
-        # pointer, a C buffer and a free.
+        # The texts go in as one joined buffer; C encodes groups of them on worker threads
+        # while this thread turns the groups already done into lists (bpe_batch_next), so the
+        # int-making, which needs the GIL, overlaps the encoding instead of following it.
+        joined = b"".join(datas)
         ends = ffi.new("size_t[]", list(itertools.accumulate(map(len, datas))))
-        out_ends = ffi.new("size_t[]", n)
-        out = ffi.new("bpe_ids *")
-        info = ffi.new("size_t *")
-        rc = lib.bpe_encode_batch_flat(self._handle(), n, b"".join(datas), ends, mode,
-                                       num_threads, out, out_ends, info)
+        job_p = ffi.new("bpe_batch_job **")
+        rc = lib.bpe_batch_start(self._handle(), n, joined, ends, mode, num_threads, job_p)
+        if rc:
+            raise_for(rc, "encode_batch")
+        job = job_p[0]
         try:
-            if rc:
-                if rc == lib.BPE_ERR_DISALLOWED or rc == lib.BPE_ERR_NOBYTE:
-                    # info names the text; find the token with a single-text encode
-                    k = info[0]
-                    if k < n:
-                        self.encode(texts[k], allowed_special=allowed_special,
-                                    disallowed_special=disallowed_special)
-                self._raise_encode(rc, info[0], "encode_batch")
             with _GCPaused():
-                return _split_ids(out.ids, out.len, ffi.unpack(out_ends, n))
+                out, rc, k = self._collect_batch(job, n)
         finally:
-            lib.bpe_ids_free(out)
+            lib.bpe_batch_finish(job)
+        if rc:
+            if rc == lib.BPE_ERR_DISALLOWED or rc == lib.BPE_ERR_NOBYTE:
+                # k names the text; a single-text encode raises with the token's name
+                if k < n:
+                    self.encode(texts[k], allowed_special=allowed_special,
+                                disallowed_special=disallowed_special)
+            self._raise_encode(rc, k, "encode_batch")
+        return out
+
+    @staticmethod
+    def _collect_batch(job, n):
+        """(lists of ids of the n texts, 0, 0), or ([], error code, failing text)."""
+        first = ffi.new("size_t *")
+        count = ffi.new("size_t *")
+        ids = ffi.new("uint32_t **")
+        id_ends = ffi.new("size_t **")
+        info = ffi.new("size_t *")
+        out = []
+        while True:
+            rc = lib.bpe_batch_next(job, first, count, ids, id_ends, info)
+            if rc:
+                return [], rc, info[0]
+            c = count[0]
+            if c == 0:
+                return out, 0, 0
+            group_ends = ffi.unpack(id_ends[0], c)
+            out.extend(_split_ids(ids[0], group_ends[-1], group_ends))
 
     def encode_file(self, input_path, output_path, *, dtype=None, num_threads=None,
                     progress: bool = True) -> int:

@@ -166,6 +166,26 @@ int bpe_encode_batch_flat(const bpe_tokenizer *tok, size_t n, const uint8_t *dat
                           const size_t *ends, const uint8_t *special_mode, int n_threads,
                           bpe_ids *out, size_t *out_ends, size_t *info);
 
+/* A batch collected while it is encoded (batch_stream.c): bpe_batch_start cuts the texts
+ * (laid end to end as for bpe_encode_batch_flat; data and ends must stay alive and unchanged
+ * until bpe_batch_finish) into groups of consecutive texts and starts n_threads - 1 worker
+ * threads (0: one per core, fewer for small batches).  Each bpe_batch_next returns the next
+ * group in input order: its texts first .. first + count - 1, their ids back to back in
+ * *ids, and the end of each text's ids in *id_ends (count entries); *count is 0 once every
+ * group was returned.  While the group is not ready the calling thread encodes other groups.
+ * The pointers are valid until the next call.  An error of the group's texts (the smallest
+ * failing index in *info, as bpe_encode_batch) ends the batch.  bpe_batch_finish stops and
+ * joins the workers and frees everything; call it exactly once per started job (NULL is
+ * fine), also after an error or an early exit. */
+typedef struct bpe_batch_job bpe_batch_job;
+
+int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
+                    const size_t *ends, const uint8_t *special_mode, int n_threads,
+                    bpe_batch_job **out);
+int bpe_batch_next(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
+                   const size_t **id_ends, size_t *info);
+void bpe_batch_finish(bpe_batch_job *job);
+
 /* Encodes the file in_path into out_path as a flat array of little-endian token ids of
  * id_width bytes (2 or 4), in parallel chunks cut where cutting cannot change the ids.
  * Bytes that are not UTF-8 are replaced by U+FFFD as Python's errors="replace" does.

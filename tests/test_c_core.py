@@ -709,6 +709,82 @@ def test_flat_batch_errors_leave_the_output_alone():
     lib.bpe_ids_free(out)
 
 
+def job_batch(tok, texts, mode=None, n_threads=2, stop_after=None):
+    """bpe_batch_start/next/finish: (per-text id lists, rc, info).  stop_after: finish the
+    job after that many groups (an early exit) and return what was collected."""
+    data = b"".join(texts)
+    ends = ffi.new("size_t[]", [sum(map(len, texts[:i + 1])) for i in range(len(texts))])
+    cmode = ffi.new("uint8_t[]", mode) if mode else ffi.NULL
+    job_p = ffi.new("bpe_batch_job **")
+    rc = lib.bpe_batch_start(tok.ptr, len(texts), data, ends, cmode, n_threads, job_p)
+    if rc:
+        return [], rc, None
+    first, count = ffi.new("size_t *"), ffi.new("size_t *")
+    ids, id_ends, info = ffi.new("uint32_t **"), ffi.new("size_t **"), ffi.new("size_t *")
+    lists, groups = [], 0
+    try:
+        while stop_after is None or groups < stop_after:
+            rc = lib.bpe_batch_next(job_p[0], first, count, ids, id_ends, info)
+            if rc:
+                return lists, rc, info[0]
+            if count[0] == 0:
+                break
+            assert first[0] == len(lists)              # groups come in input order
+            start = 0
+            for k in range(count[0]):
+                end = id_ends[0][k]
+                lists.append(ffi.unpack(ids[0] + start, end - start) if end > start else [])
+                start = end
+            groups += 1
+    finally:
+        lib.bpe_batch_finish(job_p[0])
+    return lists, lib.BPE_OK, None
+
+
+def test_job_batch_equals_single():
+    tok, enc = native_tokenizer("o200k_base")
+    texts = corpus_texts(300, 3000) + [b"", b"<|endoftext|>x", b""] + \
+        corpus_texts(5, 200_000) + [b"a" * 100_000]          # many groups, and big texts
+    expect = [tok.encode(t) for t in texts]
+    for n_threads in [0, 1, 2, 5]:
+        assert job_batch(tok, texts, n_threads=n_threads) == (expect, lib.BPE_OK, None)
+    lists, rc, _ = job_batch(tok, texts, mode=[1, 1])
+    assert rc == lib.BPE_OK and lists[301] == enc.encode("<|endoftext|>x",
+                                                         allowed_special="all")
+    assert job_batch(tok, []) == ([], lib.BPE_OK, None)
+    assert job_batch(tok, [b"", b""]) == ([[], []], lib.BPE_OK, None)
+
+
+def test_job_batch_reports_the_first_failing_text():
+    tok, _ = native_tokenizer("o200k_base")
+    texts = [t.replace(b"<|endoftext|>", b"") for t in corpus_texts(200, 3000)]
+    for bad_at in [[0], [150], [199], [120, 40, 180], [41, 42]]:
+        t = list(texts)
+        for i in bad_at:
+            t[i] = t[i][:1000] + b"<|endoftext|>" + t[i][1000:]
+        for n_threads in [1, 2, 4]:
+            lists, rc, info = job_batch(tok, t, mode=[2, 2], n_threads=n_threads)
+            assert (rc, info) == (lib.BPE_ERR_DISALLOWED, min(bad_at))
+            assert len(lists) <= min(bad_at)
+
+
+def test_job_batch_early_finish_and_bad_arguments():
+    tok, _ = native_tokenizer("gpt2")
+    texts = corpus_texts(400, 4000)
+    expect = [tok.encode(t) for t in texts[:100]]
+    for stop_after in [0, 1, 3]:                 # finish while workers are still encoding
+        lists, rc, _ = job_batch(tok, texts, n_threads=3, stop_after=stop_after)
+        assert rc == lib.BPE_OK and len(lists) < 100 and lists == expect[:len(lists)]
+    job_p = ffi.new("bpe_batch_job **")
+    ends = ffi.new("size_t[]", [4, 2])             # decreasing ends
+    assert lib.bpe_batch_start(tok.ptr, 2, b"abcd", ends, ffi.NULL, 2, job_p) == \
+        lib.BPE_ERR_ARG
+    assert job_p[0] == ffi.NULL
+    assert lib.bpe_batch_start(tok.ptr, 1, b"abcd", ends, ffi.new("uint8_t[]", [7]), 2,
+                               job_p) == lib.BPE_ERR_ARG
+    lib.bpe_batch_finish(ffi.NULL)
+
+
 def test_python_threads_share_one_tokenizer():
     tok, enc = native_tokenizer("cl100k_base", cache=512)
     texts = [t.decode("utf-8", "ignore") for t in corpus_texts(16, 20_000)]
