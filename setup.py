@@ -1,4 +1,11 @@
-# Shim: setuptools reads `cffi_modules` only from setup(); everything else is in pyproject.toml.
-from setuptools import setup
+# Shim: setuptools reads `cffi_modules` and `ext_modules` only from setup(); everything else
+# is in pyproject.toml.
+from setuptools import Extension, setup
 
-setup(cffi_modules=["build_ffi.py:ffibuilder"])
+setup(
+    cffi_modules=["build_ffi.py:ffibuilder"],
+    # Fast id lists (csrc/pyext/idlist.c).  Optional: if it cannot be compiled, bpe_cffi
+    # falls back to memoryview.tolist (same results, slower).
+    ext_modules=[Extension("bpe_cffi._idlist", ["csrc/pyext/idlist.c"],
+                           extra_compile_args=["-O2", "-Wall", "-Wextra"], optional=True)],
+)

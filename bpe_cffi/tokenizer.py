@@ -21,6 +21,7 @@ import itertools
 import os
 import threading
 
+from . import _idcache
 from . import formats
 from . import patterns
 from ._native import ffi, lib, raise_for
@@ -42,8 +43,21 @@ _KNOWN_TIKTOKEN = {
 _UINT_IS_32 = memoryview(b"\0\0\0\0").cast("I").itemsize == 4
 
 
+def _address(ptr) -> int:
+    return int(ffi.cast("uintptr_t", ptr))
+
+
 def _ids(ptr, n) -> list:
-    """A list of the n uint32 ids at ptr.  memoryview.tolist() makes the ints ~30% faster than
+    """A list of the n uint32 ids at ptr."""
+    if n == 0:
+        return []
+    if _idcache.FAST:
+        return _idcache.ids_list(_address(ptr), n)
+    return _ids_py(ptr, n)
+
+
+def _ids_py(ptr, n) -> list:
+    """_ids without the C helper.  memoryview.tolist() makes the ints ~30% faster than
     ffi.unpack for long results; ffi.unpack has less fixed cost for short ones."""
     if n == 0:
         return []
@@ -52,8 +66,17 @@ def _ids(ptr, n) -> list:
     return memoryview(ffi.buffer(ptr, 4 * n)).cast("I").tolist()
 
 
-def _split_ids(ptr, total, ends) -> list:
-    """[ids[0:ends[0]], ids[ends[0]:ends[1]], ...] for the `total` uint32 ids at ptr."""
+def _split_ids(ptr, ends_ptr, n_texts) -> list:
+    """[ids[0:ends[0]], ids[ends[0]:ends[1]], ...] for the uint32 ids at ptr and the n_texts
+    size_t ends at ends_ptr."""
+    if _idcache.FAST:
+        return _idcache.ids_lists(_address(ptr), _address(ends_ptr), n_texts)
+    return _split_ids_py(ptr, ends_ptr, n_texts)
+
+
+def _split_ids_py(ptr, ends_ptr, n_texts) -> list:
+    ends = ffi.unpack(ends_ptr, n_texts)
+    total = ends[-1] if ends else 0
     if total == 0:
         return [[] for _ in ends]
     flat = memoryview(ffi.buffer(ptr, 4 * total)).cast("I") if _UINT_IS_32 else \
@@ -322,6 +345,7 @@ class Tokenizer:
         raise_for(rc, "building the tokenizer")
         self._ptr = ffi.gc(out[0], lib.bpe_tokenizer_free)
         self._all_mode = self._mode_for("all", ())
+        _idcache.reserve(lib.bpe_tokenizer_id_limit(self._ptr))
 
     # ---- lifetime ---------------------------------------------------------------------------
 
@@ -606,8 +630,7 @@ class Tokenizer:
             c = count[0]
             if c == 0:
                 return out, 0, 0
-            group_ends = ffi.unpack(id_ends[0], c)
-            out.extend(_split_ids(ids[0], group_ends[-1], group_ends))
+            out.extend(_split_ids(ids[0], id_ends[0], c))
 
     def encode_file(self, input_path, output_path, *, dtype=None, num_threads=None,
                     progress: bool = True) -> int:

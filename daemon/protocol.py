@@ -10,6 +10,8 @@ from array import array
 
 import msgpack
 
+from .. import _idcache
+
 PROTOCOL_VERSION = 1
 
 # ---- operations ----------------------------------------------------------------------------
@@ -112,10 +114,17 @@ def ids_to_bin(ids) -> bytes:
     return a.tobytes()
 
 
+_CLIENT_CACHE = 1 << 18
+
+
 def bin_to_ids(data: bytes) -> list:
     """Packed uint32 little-endian -> list of ints; ValueError if the length is not 4*n."""
     if len(data) % 4:
         raise ValueError(f"packed ids have {len(data)} bytes, not a multiple of 4")
+    if _idcache.FAST:
+        if len(data) >= 1024:
+            _idcache.reserve(_CLIENT_CACHE)   # once: ints shared by all replies (~10 MB)
+        return _idcache.ids_from_le_bytes(data)
     a = array(_U32)
     a.frombytes(data)
     if not _LITTLE:  # pragma: no cover

@@ -1,0 +1,42 @@
+"""Id lists made in C from a shared cache of int objects (csrc/pyext/idlist.c).
+
+`_CACHE[i] is i` for every index: ints are immutable, so every list of ids can hold the same
+objects, and the C helper only takes new references instead of allocating one int per id.
+The cache grows (never shrinks) to the largest id limit of the tokenizers built, at most
+MAX_CACHED entries (about 40 bytes each); larger ids are made on the fly.
+
+If the helper extension is not built (it is optional in setup.py), `FAST` is False and
+tokenizer.py uses memoryview.tolist(), which gives the same lists more slowly.
+"""
+MAX_CACHED = 1 << 20
+
+_CACHE = []
+
+try:
+    from . import _idlist
+    FAST = True
+except ImportError:  # pragma: no cover - depends on the build
+    _idlist = None
+    FAST = False
+
+
+def reserve(limit: int) -> None:
+    """Makes sure ints 0 .. min(limit, MAX_CACHED) - 1 are cached."""
+    limit = min(int(limit), MAX_CACHED)
+    if len(_CACHE) < limit:
+        _CACHE.extend(range(len(_CACHE), limit))
+
+
+def ids_list(address: int, n: int) -> list:
+    """The list of the n uint32 ids at a C address (the caller keeps the buffer alive)."""
+    return _idlist.ids_list(address, n, _CACHE)
+
+
+def ids_lists(address: int, ends_address: int, n_texts: int) -> list:
+    """Lists of ids[ends[k-1]:ends[k]] for k < n_texts (ends: size_t values at ends_address)."""
+    return _idlist.ids_lists(address, ends_address, n_texts, _CACHE)
+
+
+def ids_from_le_bytes(data) -> list:
+    """The list of the little-endian uint32 ids packed in data."""
+    return _idlist.ids_from_le_bytes(data, _CACHE)

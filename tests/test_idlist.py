@@ -1,0 +1,92 @@
+"""The C id-list helper (csrc/pyext/idlist.c via bpe_cffi._idcache) against the plain Python
+paths it replaces: same lists for every id value, empty parts and bad input."""
+import random
+import sys
+
+import pytest
+
+from bpe_cffi import _idcache
+from bpe_cffi import tokenizer as T
+from bpe_cffi._native import ffi
+
+from pyapi_helpers import ours
+
+pytestmark = pytest.mark.skipif(not _idcache.FAST, reason="bpe_cffi._idlist is not built")
+
+
+def random_ids(rng, n):
+    big = [0, 1, 255, 256, 2 ** 16, _idcache.MAX_CACHED - 1, _idcache.MAX_CACHED,
+           2 ** 31, 2 ** 32 - 2, 2 ** 32 - 1]
+    return [rng.choice(big) if rng.random() < 0.05 else rng.randrange(0, 300_000)
+            for _ in range(n)]
+
+
+def test_one_list_equals_the_python_path():
+    rng = random.Random(1)
+    _idcache.reserve(200_000)
+    for n in [0, 1, 47, 48, 1000, 100_000]:
+        ids = random_ids(rng, n)
+        buf = ffi.new("uint32_t[]", ids or [0])
+        got = T._ids(buf, n)
+        assert got == ids == T._ids_py(buf, n)
+        assert all(type(x) is int for x in got)
+        if n:   # shared objects for cached ids
+            small = [x for x in got if x < len(_idcache._CACHE)]
+            assert all(x is _idcache._CACHE[x] for x in small)
+
+
+def test_split_lists_equal_the_python_path():
+    rng = random.Random(2)
+    ids = random_ids(rng, 5000)
+    buf = ffi.new("uint32_t[]", ids)
+    cuts = sorted(rng.choices(range(5001), k=60)) + [5000]   # repeats: empty parts
+    ends = ffi.new("size_t[]", cuts)
+    got = T._split_ids(buf, ends, len(cuts))
+    assert got == T._split_ids_py(buf, ends, len(cuts))
+    assert sum(got, []) == ids and len(got) == len(cuts)
+    assert T._split_ids(buf, ends, 0) == []
+    zeros = ffi.new("size_t[]", [0, 0])
+    assert T._split_ids(ffi.NULL, zeros, 2) == [[], []]
+    back = ffi.new("size_t[]", [10, 5])
+    with pytest.raises(ValueError):
+        T._split_ids(buf, back, 2)
+
+
+def test_packed_bytes_and_bad_input():
+    rng = random.Random(3)
+    ids = random_ids(rng, 3000)
+    data = b"".join(i.to_bytes(4, "little") for i in ids)
+    assert _idcache.ids_from_le_bytes(data) == ids
+    assert _idcache.ids_from_le_bytes(bytearray(data)) == ids
+    assert _idcache.ids_from_le_bytes(b"") == []
+    with pytest.raises(ValueError, match="multiple of 4"):
+        _idcache.ids_from_le_bytes(b"abcde")
+    with pytest.raises(TypeError):
+        _idcache._idlist.ids_list(0, 0, (1, 2))
+    with pytest.raises(ValueError):
+        _idcache._idlist.ids_list(0, 5, _idcache._CACHE)
+    with pytest.raises(ValueError):
+        _idcache._idlist.ids_list(1234, -1, _idcache._CACHE)
+
+
+def test_references_are_counted():
+    """Lists made from the cache hold real references: dropping them leaves the cache's
+    objects alive and their reference counts where they were."""
+    _idcache.reserve(1000)
+    probe = _idcache._CACHE[777]
+    before = sys.getrefcount(probe)
+    buf = ffi.new("uint32_t[]", [777] * 500)
+    lists = [T._ids(buf, 500) for _ in range(10)]
+    assert sys.getrefcount(probe) == before + 5000
+    del lists
+    assert sys.getrefcount(probe) == before
+
+
+def test_encoders_agree_without_the_helper(monkeypatch):
+    tok = ours("cl100k_base")
+    texts = ["hello world " * 50, "", "漢字 🎉 " * 30, "x"] * 20
+    fast_single = [tok.encode(t) for t in texts]
+    fast_batch = tok.encode_batch(texts, num_threads=2)
+    monkeypatch.setattr(_idcache, "FAST", False)
+    assert [tok.encode(t) for t in texts] == fast_single
+    assert tok.encode_batch(texts, num_threads=2) == fast_batch == fast_single
