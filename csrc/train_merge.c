@@ -2,12 +2,17 @@
  * train_merge.c - the merge loop of the BPE trainer (bpe_trainer_merge).
  *
  * Data structures:
- *   words   every distinct pre-token of two or more bytes as an array of token ids (symbols)
- *           in one arena, with its 64-bit count.  A merge rewrites a word in place (it only
- *           shrinks).  Single-byte words can never hold a pair and are left out.
- *   tokens  the bytes of every token (0..255 = single bytes, then learned ones) and a hash
- *           map bytes -> id.  Token bytes are unique: a merge whose bytes already name a token
- *           reuses that id, so comparing ids is comparing bytes.
+ *   words   every distinct pre-token of two or more symbols as an array of token ids
+ *           (symbols) in one arena, with its 64-bit count.  The initial symbols are its bytes,
+ *           or with char_level its characters as train_chars.c maps them (the alphabet,
+ *           prefix and suffix).  A merge rewrites a word in place (it only shrinks).  A word
+ *           of one symbol can never hold a pair and is left out.
+ *   tokens  the bytes of every token (the initial ones: 0..255 = single bytes, or the
+ *           char-level alphabet; then learned ones), a hash map bytes -> id, and each token's
+ *           units (bytes or characters covered, for max_token_length).  Token bytes are
+ *           unique: a merge whose bytes already name a token reuses that id, so comparing ids
+ *           is comparing bytes.  A learned token is left + right, less right's leading
+ *           continuing_subword_prefix (char_level).
  *   pairs   a hash map (left id, right id) -> pair record {count, list of words that may
  *           contain it}.  A word list may hold stale entries (words that lost the pair) and
  *           repeats; a merge skips both, so each merge touches only words that held the pair.
@@ -18,6 +23,9 @@
  * Invariants:
  *   - pairs[p].count = sum over words of (adjacent positions holding p) x (word count):
  *     every adjacent position counts, overlapping ones included ("aaa" counts (a,a) twice).
+ *     With max_token_length, a pair whose token would be too long (units[l] + units[r] >
+ *     max) has no record at all: its deltas are dropped.  Units never change once a token
+ *     exists, so a pair is allowed for the whole training or never.
  *   - every pair with count > 0 has at least one heap entry whose count is >= its count.
  *     Popping therefore finds the best pair: an entry whose count equals the pair's count is
  *     the true maximum; an entry with a higher count is pushed back with the current one; an
