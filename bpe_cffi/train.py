@@ -1,4 +1,5 @@
-"""Training a byte-level BPE vocabulary: `train_bpe` (vocab + merges) and `train_tokenizer`.
+"""Training a BPE vocabulary (byte-level; or character-level with byte_level=False):
+`train_bpe` (vocab + merges) and `train_tokenizer`.
 
 The work is in C (csrc/train*.c): reading and counting pre-tokens on worker threads, then the
 merge loop with a pair index and a 4-ary max-heap.  For a pattern given as a regex string

@@ -235,9 +235,10 @@ typedef struct bpe_trainer_config {
 } bpe_trainer_config;
 
 /* Makes a trainer.  BPE_ERR_ARG if vocab_size < 256 + n_special (byte-level) or < n_special
- * (char_level), an unknown pattern, an empty special token, an initial_alphabet code point
- * that is not a Unicode scalar value, limit_alphabet < n_initial_alphabet, or a prefix or
- * suffix that is not valid UTF-8.  *out is NULL on error; free it with bpe_trainer_free. */
+ * (char_level), an unknown pattern, an empty special token, a char-level option without
+ * char_level, an initial_alphabet code point that is not a Unicode scalar value,
+ * limit_alphabet < n_initial_alphabet, or a prefix or suffix that is not valid UTF-8.  The
+ * option arrays are copied.  *out is NULL on error; free it with bpe_trainer_free. */
 int bpe_trainer_new(const bpe_trainer_config *config, bpe_trainer **out);
 
 /* Frees the trainer; NULL is fine. */

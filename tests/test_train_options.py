@@ -26,8 +26,8 @@ from bpe_cffi.train import _add_words, _new_trainer, _Options, _result, _train  
 EOT = "<|endoftext|>"
 GPT2_PY = "(?:" + GPT2 + ")"      # split by Python's regex, merged by C
 CORPORA = ["en_books", "multilingual", "code", "web"]
-SLICE = 10_000 if not LONG else 200_000
-MERGES = 120 if not LONG else 1000
+SLICE = 10_000 if not LONG else 60_000
+MERGES = 120 if not LONG else 400
 
 # Each option alone, then combined.  "##" and "</w>" occur in the code corpus, so prefix and
 # suffix strings also collide with text there (a string is one token however it is spelled).
