@@ -1,4 +1,5 @@
-"""`bpe-cffi train`: learn a byte-level BPE vocabulary from text files and write it."""
+"""`bpe-cffi train`: learn a BPE vocabulary (byte-level, or with --char-level on characters)
+from text files and write it."""
 import argparse
 import os
 import sys
@@ -13,6 +14,11 @@ most frequent adjacent pair is merged until the vocabulary has --vocab-size ids 
 merges + special tokens).  Ties go to the greatest (left bytes, right bytes); the result does
 not depend on --threads.  Ctrl-C stops it cleanly and writes nothing.
 
+With --char-level the initial tokens are the characters of the text instead of the 256
+bytes, as HuggingFace's BpeTrainer does without a ByteLevel pre-tokenizer; then
+--initial-alphabet, --limit-alphabet, --continuing-subword-prefix and --end-of-word-suffix
+apply, and the output is a character-level tokenizer.json (--format hf only).
+
 output formats (--format):
   hf        OUT is a HuggingFace tokenizer.json (default; loads with bpe_cffi.load and with
             tokenizers.Tokenizer.from_file)
@@ -26,6 +32,8 @@ examples:
   bpe-cffi train corpus.txt --vocab-size 32000 --special-token '<|endoftext|>' -o tok.json
   bpe-cffi train a.txt b.txt --vocab-size 10000 --pattern cl100k --format tiktoken -o my.tiktoken
   bpe-cffi train data.txt --vocab-size 5000 --format gpt2 -o out/vocab.json   # + out/merges.txt
+  bpe-cffi train data.txt --vocab-size 8000 --char-level --limit-alphabet 1000 \\
+      --continuing-subword-prefix '##' --max-token-length 16 -o char.json
 """
 
 
@@ -36,7 +44,8 @@ def add_parser(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+", metavar="FILE", help="UTF-8 text files to train on")
     p.add_argument("--vocab-size", type=int, required=True, metavar="N",
-                   help="ids in all: 256 bytes + merges + special tokens")
+                   help="ids in all: 256 bytes (or, with --char-level, the characters) + "
+                        "merges + special tokens")
     p.add_argument("--special-token", action="append", default=[], metavar="S",
                    help="a special token (repeatable); splits the text, gets the last ids")
     p.add_argument("--pattern", default="gpt2", metavar="P",
@@ -46,6 +55,24 @@ def add_parser(subparsers) -> None:
                    help="worker threads (default: one per core)")
     p.add_argument("--min-frequency", type=int, default=None, metavar="F",
                    help="stop when the most frequent pair occurs fewer than F times")
+    p.add_argument("--max-token-length", type=int, default=None, metavar="L",
+                   help="learn no token longer than L: bytes (byte-level) or characters "
+                        "(--char-level; the prefix and suffix do not count); default: no limit")
+    c = p.add_argument_group("character-level training")
+    c.add_argument("--char-level", action="store_true",
+                   help="start from the characters of the text, not the 256 bytes (the "
+                        "vocabulary then only covers characters seen or listed below)")
+    c.add_argument("--initial-alphabet", default=None, metavar="CHARS",
+                   help="characters always in the vocabulary, even if unseen "
+                        "(e.g. 'abcdefghijklmnopqrstuvwxyz')")
+    c.add_argument("--limit-alphabet", type=int, default=None, metavar="N",
+                   help="keep at most N characters: the initial alphabet, then the most "
+                        "frequent; the others are dropped from the text")
+    c.add_argument("--continuing-subword-prefix", default=None, metavar="S",
+                   help="put S before every token that does not start a pre-token "
+                        "(e.g. '##')")
+    c.add_argument("--end-of-word-suffix", default=None, metavar="S",
+                   help="put S after every token that ends a pre-token (e.g. '</w>')")
     p.add_argument("--format", choices=FORMATS, default="hf",
                    help="output format (default: hf tokenizer.json)")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="output file")
@@ -53,10 +80,14 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def write_output(fmt: str, out: str, vocab, merges, special_tokens, pattern) -> list:
+def write_output(fmt: str, out: str, vocab, merges, special_tokens, pattern,
+                 char_level=None) -> list:
     """Writes the trained vocabulary (atomically, through bpe_cffi.formats); returns the paths
-    written."""
+    written.  char_level: None for a byte-level vocabulary, else the options
+    {"continuing_subword_prefix": ..., "end_of_word_suffix": ...} of a char-level one."""
     from . import formats
+    if char_level is not None:
+        return write_char_level(fmt, out, vocab, merges, special_tokens, pattern, char_level)
     if fmt == "tiktoken":     # a .tiktoken file holds the ordinary tokens; specials come last
         ordinary = dict(sorted(vocab.items())[:len(vocab) - len(special_tokens)])
         formats.write_tiktoken(ordinary, out)
@@ -70,17 +101,51 @@ def write_output(fmt: str, out: str, vocab, merges, special_tokens, pattern) -> 
     return [out]
 
 
+def write_char_level(fmt, out, vocab, merges, special_tokens, pattern, options) -> list:
+    from . import formats, patterns
+    if fmt != "hf":
+        raise ValueError(f"--format {fmt} holds byte-level vocabularies only; a --char-level "
+                         "vocabulary is written as --format hf (tokenizer.json)")
+    name, regex_str, _ = patterns.resolve(pattern)
+    n = len(vocab) - len(special_tokens)
+    ordinary = {i: b for i, b in vocab.items() if i < n}
+    special = {s: n + k for k, s in enumerate(special_tokens)}
+    doc = formats.hf_json_char_level(ordinary, merges, special, regex_str, name,
+                                     options.get("continuing_subword_prefix"),
+                                     options.get("end_of_word_suffix"))
+    formats.write_hf(out, doc)
+    return [out]
+
+
 def run(args) -> int:
     from .train import _train
     out_dir = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(out_dir):
         raise FileNotFoundError(2, "output directory does not exist", out_dir)
+    char_level = None
+    options = {"max_token_length": args.max_token_length}
+    if args.char_level:
+        char_level = {"continuing_subword_prefix": args.continuing_subword_prefix,
+                      "end_of_word_suffix": args.end_of_word_suffix}
+        options.update(char_level, byte_level=False, initial_alphabet=args.initial_alphabet,
+                       limit_alphabet=args.limit_alphabet)
+        if args.format != "hf":     # fail before the training, not after
+            write_char_level(args.format, None, {}, [], [], args.pattern, char_level)
+    else:
+        for flag, value in (("--initial-alphabet", args.initial_alphabet),
+                            ("--limit-alphabet", args.limit_alphabet),
+                            ("--continuing-subword-prefix", args.continuing_subword_prefix),
+                            ("--end-of-word-suffix", args.end_of_word_suffix)):
+            if value is not None:
+                raise ValueError(f"{flag} needs --char-level (byte-level training always "
+                                 "starts from the 256 bytes)")
     t0 = time.perf_counter()
     vocab, merges, stats = _train(args.files, args.vocab_size, args.special_token,
                                   pattern=args.pattern, num_threads=args.threads,
-                                  min_frequency=args.min_frequency, progress=not args.quiet)
+                                  min_frequency=args.min_frequency, progress=not args.quiet,
+                                  **options)
     written = write_output(args.format, args.output, vocab, merges, args.special_token,
-                           args.pattern)
+                           args.pattern, char_level)
     if not args.quiet:
         dt = time.perf_counter() - t0
         print(f"bpe-cffi: {len(vocab)} tokens ({len(merges)} merges, "

@@ -404,6 +404,68 @@ def hf_json(vocab: dict, merges, special: dict, pattern_regex: str, rule: str,
     }
 
 
+def hf_json_char_level(vocab: dict, merges, special: dict, pattern_regex: str, pattern_name,
+                       continuing_subword_prefix=None, end_of_word_suffix=None) -> dict:
+    """The tokenizer.json document for a CHARACTER-level vocabulary (train_bpe with
+    byte_level=False): {id: UTF-8 bytes of the token string}, merges [(bytes, bytes)], special
+    tokens {str: id}.  HF's char-level layout: token strings as they are (no byte-to-unicode
+    mapping), the Split pre-tokenizer alone, the prefix and suffix in the model section, and a
+    decoder that drops them and joins the tokens (our pre-tokens keep their spaces, so joining
+    restores the text; HF's BPEDecoder would turn the suffix into a space instead)."""
+    def text(b: bytes, what: str) -> str:
+        try:
+            return b.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{what} {b!r} is not UTF-8: not a character-level vocabulary") \
+                from None
+    model_vocab = {}
+    for i, b in sorted(vocab.items()):
+        s = text(b, f"token {i}")
+        if s in model_vocab:
+            raise ValueError(f"tokens {model_vocab[s]} and {i} are both {s!r}")
+        model_vocab[s] = i
+    for s, i in special.items():
+        if model_vocab.get(s, i) != i:
+            raise ValueError(f"special token {s!r} (id {i}) has the same string as ordinary "
+                             f"token {model_vocab[s]}; HF's tokenizer.json cannot hold both")
+        model_vocab[s] = i
+    added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True}
+             for s, i in sorted(special.items(), key=lambda kv: kv[1])]
+    decoders = [{"type": "Replace", "pattern": {"String": d}, "content": ""}
+                for d in (continuing_subword_prefix, end_of_word_suffix) if d]
+    decoders.append({"type": "Fuse"})
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": onig_regex(pattern_regex)},
+                          "behavior": "Isolated", "invert": False},
+        "post_processor": None,
+        "decoder": {"type": "Sequence", "decoders": decoders},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": continuing_subword_prefix or None,
+            "end_of_word_suffix": end_of_word_suffix or None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": model_vocab,
+            "merges": [[text(a, "merge part"), text(b, "merge part")] for a, b in merges],
+            "bpe_cffi": {
+                "format": 1,
+                "rule": RULE_MERGES,
+                "pattern": pattern_name if pattern_name else pattern_regex,
+                "byte_level": False,
+            },
+        },
+    }
+
+
 def onig_regex(pattern: str) -> str:
     """The pattern in the dialect of HF's regex engine (Oniguruma, Ruby syntax), where
     `X{m,n}+` is not possessive but means `(?:X{m,n})+`.  Possessive bounded repeats become

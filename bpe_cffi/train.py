@@ -1,4 +1,5 @@
-"""Training a byte-level BPE vocabulary: `train_bpe` (vocab + merges) and `train_tokenizer`.
+"""Training a BPE vocabulary (byte-level; or character-level with byte_level=False):
+`train_bpe` (vocab + merges) and `train_tokenizer`.
 
 The work is in C (csrc/train*.c): reading and counting pre-tokens on worker threads, then the
 merge loop with a pair index and a 4-ary max-heap.  For a pattern given as a regex string
@@ -27,6 +28,37 @@ Semantics (tests/reference_trainer.py is the executable definition):
 7. Training stops when len(vocab) == vocab_size, when no pair is left (an empty or tiny
    corpus gives fewer tokens; not an error), or when the best count is below min_frequency.
 8. The result is the same for every num_threads and every internal block size.
+
+Options (issue #6; tests/reference_trainer.py defines them too):
+
+9. max_token_length: no learned token covers more than this many units of a word: BYTES in
+   byte-level training (the unit the byte-level model works in: a token is a byte string,
+   and the bound then also bounds every token's size), CHARACTERS in character-level
+   training, as HuggingFace counts (the continuing_subword_prefix and end_of_word_suffix are
+   not counted).  A pair that would make a longer token is never counted, so it can never be
+   the best pair.  A token's length is fixed when it is first made (1 for an initial token;
+   left + right for a learned one).  Unlike HF, the bound holds for every token: HF lets
+   the first pairs of the words through unchecked (max_token_length=1 still learns "ab") and
+   refuses later tokens of exactly max_token_length.  0 and 1 both mean "learn nothing".
+10. byte_level=False trains on characters instead of bytes, as HF's BpeTrainer without a
+   ByteLevel pre-tokenizer does:
+   - the alphabet is every character of the pre-tokens, plus initial_alphabet (always kept).
+     With limit_alphabet, only that many characters are kept: the initial ones, then the most
+     frequent (occurrences x pre-token count), ties to the smaller code point (HF leaves ties
+     to hash order).  limit_alphabet may not be below len(initial_alphabet) (HF would then
+     drop initial characters in an arbitrary order).
+   - a pre-token becomes one symbol per kept character: continuing_subword_prefix + c unless
+     c is the pre-token's first character, and c + end_of_word_suffix if it is its last.
+     First and last are judged before dropping the characters that are not kept, and a
+     dropped character simply disappears (its neighbours become adjacent), exactly as HF.
+   - ids: the kept characters in code point order (HF's order too), then the decorated
+     symbols that occur in byte order, then the learned tokens, then the special tokens (HF
+     puts special tokens first; we keep our own layout).  Token bytes are the UTF-8 of the
+     token strings.  A merge (x, y) makes x + y with y's leading prefix removed (HF's rule).
+   - vocab_size counts every id; when the initial tokens and specials already reach it,
+     nothing is learned and the vocabulary is bigger than vocab_size (as with HF).
+   The tie-break stays ours (rule 5, on the token strings' UTF-8), so merges differ from
+   HF's where counts tie; the alphabet and the shape of the tokens are HF's.
 
 Saving: `Tokenizer.save` writes a HuggingFace tokenizer.json that `tokenizers` loads and
 encodes identically (tests/test_train_cli.py).  A .tiktoken file holds ranks (rank = id), and
@@ -166,8 +198,68 @@ def _add_words(trainer, counts: Counter) -> None:
         raise_for(rc, "adding counted words")
 
 
+class _Options:
+    """The checked issue-#6 options, as train_bpe takes them."""
+
+    def __init__(self, max_token_length=None, byte_level=True, initial_alphabet=None,
+                 limit_alphabet=None, continuing_subword_prefix=None, end_of_word_suffix=None):
+        if max_token_length is not None:
+            _check_int("max_token_length", max_token_length, 0)
+        if not isinstance(byte_level, bool):
+            raise TypeError(f"byte_level must be True or False, not {byte_level!r}")
+        if byte_level:
+            given = [name for name, v in (("initial_alphabet", initial_alphabet),
+                                          ("limit_alphabet", limit_alphabet),
+                                          ("continuing_subword_prefix", continuing_subword_prefix),
+                                          ("end_of_word_suffix", end_of_word_suffix))
+                     if v is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} only apply to character-level training: "
+                                 "pass byte_level=False (byte-level training always starts "
+                                 "from the 256 bytes)")
+        alphabet = _check_alphabet(initial_alphabet)
+        if limit_alphabet is not None:
+            _check_int("limit_alphabet", limit_alphabet, 0)
+            if limit_alphabet < len(alphabet):
+                raise ValueError(f"limit_alphabet ({limit_alphabet}) is smaller than "
+                                 f"initial_alphabet ({len(alphabet)} distinct characters), "
+                                 "whose characters are always kept")
+        for name, v in (("continuing_subword_prefix", continuing_subword_prefix),
+                        ("end_of_word_suffix", end_of_word_suffix)):
+            if v is not None and not isinstance(v, str):
+                raise TypeError(f"{name} must be a str or None, not {type(v).__name__}")
+        self.max_token_length = max_token_length
+        self.byte_level = byte_level
+        self.initial_alphabet = alphabet
+        self.limit_alphabet = limit_alphabet
+        self.prefix = continuing_subword_prefix or None      # "" is no prefix, as in HF
+        self.suffix = end_of_word_suffix or None
+
+
+def _check_alphabet(initial_alphabet) -> list:
+    """initial_alphabet (a str, or an iterable of one-character strs) -> sorted characters."""
+    if initial_alphabet is None:
+        return []
+    if isinstance(initial_alphabet, bytes):
+        raise TypeError("initial_alphabet must be a str or an iterable of characters, not bytes")
+    try:
+        items = list(initial_alphabet)
+    except TypeError:
+        raise TypeError("initial_alphabet must be a str or an iterable of characters, not "
+                        f"{type(initial_alphabet).__name__}") from None
+    for c in items:
+        if not isinstance(c, str):
+            raise TypeError(f"initial_alphabet entries must be str, not {type(c).__name__}: "
+                            f"{c!r}")
+        if len(c) != 1:
+            raise ValueError(f"initial_alphabet entries must be single characters, got {c!r}")
+        if 0xD800 <= ord(c) <= 0xDFFF:
+            raise ValueError(f"initial_alphabet entry {c!r} is a lone surrogate")
+    return sorted(set(items))
+
+
 def _new_trainer(cid, vocab_size, specials, min_frequency, num_threads, block_size,
-                 parallel_words=0, long_word=0):
+                 parallel_words=0, long_word=0, options=None):
     cfg = ffi.new("bpe_trainer_config *")
     cfg.pattern = cid
     cfg.vocab_size = vocab_size
@@ -187,10 +279,37 @@ def _new_trainer(cid, vocab_size, specials, min_frequency, num_threads, block_si
         cfg.n_special = len(enc)
         cfg.special_bytes = keep[0]
         cfg.special_offsets = keep[1]
+    if options is not None:
+        keep.append(_set_options(cfg, options))
     out = ffi.new("bpe_trainer **")
     rc = lib.bpe_trainer_new(cfg, out)
     raise_for(rc, "creating the trainer")
     return ffi.gc(out[0], lib.bpe_trainer_free)
+
+
+def _set_options(cfg, o: _Options) -> list:
+    """Fills cfg's option fields; returns the cdata they point to (keep it alive)."""
+    keep = []
+    if o.max_token_length is not None:
+        cfg.max_token_length = max(o.max_token_length, 1)    # C: 0 is "no limit"
+    if o.byte_level:
+        return keep
+    cfg.char_level = 1
+    if o.limit_alphabet is not None:
+        cfg.has_limit_alphabet = 1
+        cfg.limit_alphabet = o.limit_alphabet
+    if o.initial_alphabet:
+        arr = ffi.new("uint32_t[]", [ord(c) for c in o.initial_alphabet])
+        keep.append(arr)
+        cfg.initial_alphabet = arr
+        cfg.n_initial_alphabet = len(o.initial_alphabet)
+    for name, value in (("prefix", o.prefix), ("suffix", o.suffix)):
+        if value:
+            data = ffi.new("uint8_t[]", value.encode("utf-8"))
+            keep.append(data)
+            setattr(cfg, name, data)
+            setattr(cfg, name + "_len", len(value.encode("utf-8")))
+    return keep
 
 
 def _result(trainer, specials):
@@ -223,16 +342,22 @@ def _finish_bar(bars, phase, prog) -> None:
 
 
 def _train(input_path, vocab_size, special_tokens=None, *, pattern="gpt2", num_threads=None,
-           min_frequency=None, progress=False, block_size=0, parallel_words=0, long_word=0):
+           min_frequency=None, progress=False, block_size=0, parallel_words=0, long_word=0,
+           **options):
     """train_bpe plus timings: returns (vocab, merges, stats) where stats has count_seconds,
     merge_seconds and n_words.  block_size (bytes per read; 0: 4 MiB) and parallel_words
     (words per thread before a merge runs on threads; 0: 2048) and long_word (words of at
-    least this many bytes are merged by position; 0: 64) are for tests."""
+    least this many bytes are merged by position; 0: 64) are for tests.  options: the
+    issue-#6 options of train_bpe."""
     specials = _check_specials(special_tokens)
+    opts = _Options(**options)
     _check_int("vocab_size", vocab_size, 0)
-    if vocab_size < 256 + len(specials):
+    if opts.byte_level and vocab_size < 256 + len(specials):
         raise ValueError(f"vocab_size must be at least 256 + {len(specials)} special tokens "
                          f"= {256 + len(specials)}, got {vocab_size}")
+    if vocab_size < len(specials):
+        raise ValueError(f"vocab_size must be at least the {len(specials)} special tokens, "
+                         f"got {vocab_size}")
     if vocab_size > 2**32 - 1:
         raise ValueError(f"vocab_size must be below 2**32, got {vocab_size}")
     if num_threads is not None:
@@ -246,7 +371,7 @@ def _train(input_path, vocab_size, special_tokens=None, *, pattern="gpt2", num_t
     _check_int("parallel_words", parallel_words, 0)
     _check_int("long_word", long_word, 0)
     trainer = _new_trainer(cid, vocab_size, specials, min_frequency, num_threads, block_size,
-                           parallel_words, long_word)
+                           parallel_words, long_word, opts)
     prog = new_progress()
     bars = None
     if progress:
@@ -291,22 +416,38 @@ def _train(input_path, vocab_size, special_tokens=None, *, pattern="gpt2", num_t
 
 
 def train_bpe(input_path, vocab_size, special_tokens=None, *, pattern="gpt2",
-              num_threads=None, min_frequency=None, progress=False):
-    """Train a byte-level BPE vocabulary on the text of input_path.
+              num_threads=None, min_frequency=None, progress=False, max_token_length=None,
+              byte_level=True, initial_alphabet=None, limit_alphabet=None,
+              continuing_subword_prefix=None, end_of_word_suffix=None):
+    """Train a BPE vocabulary (byte-level by default) on the text of input_path.
 
     input_path: a path or a list of paths (UTF-8 text; see the module doc for invalid bytes).
-    vocab_size: ids wanted in all, 256 bytes + merges + special tokens (>= 256 + specials).
+    vocab_size: ids wanted in all, initial tokens + merges + special tokens (byte-level:
+        >= 256 + specials).
     special_tokens: strings that split the text and get the last ids.
     pattern: "gpt2", "cl100k", "o200k" (C pre-tokenizers) or any regex string (Python `regex`).
     num_threads: worker threads (default: one per core); the result does not depend on it.
     min_frequency: stop when the best pair occurs fewer times (default: no minimum).
     progress: draw counting and merging progress bars on stderr.
-    Returns (vocab {id: bytes}, merges [(left bytes, right bytes)] in learned order).
+    max_token_length: no learned token covers more than this many bytes (byte-level) or
+        characters (byte_level=False; prefix and suffix not counted).  Default: no limit.
+    byte_level: False trains on characters (HF's char-level BpeTrainer); then:
+      initial_alphabet: characters always in the vocabulary (a str or an iterable of chars);
+      limit_alphabet: keep at most this many characters (the initial ones, then the most
+          frequent); the others are dropped from the words;
+      continuing_subword_prefix: put before every symbol that does not start a word ("##");
+      end_of_word_suffix: put after the last symbol of a word ("</w>").
+    Returns (vocab {id: bytes}, merges [(left bytes, right bytes)] in learned order); with
+    byte_level=False the bytes are the UTF-8 of the token strings, prefix/suffix included.
     Ctrl-C stops it within about a second with KeyboardInterrupt.
     """
     vocab, merges, _ = _train(input_path, vocab_size, special_tokens, pattern=pattern,
                               num_threads=num_threads, min_frequency=min_frequency,
-                              progress=progress)
+                              progress=progress, max_token_length=max_token_length,
+                              byte_level=byte_level, initial_alphabet=initial_alphabet,
+                              limit_alphabet=limit_alphabet,
+                              continuing_subword_prefix=continuing_subword_prefix,
+                              end_of_word_suffix=end_of_word_suffix)
     return vocab, merges
 
 
@@ -318,5 +459,29 @@ def train_tokenizer(input_path, vocab_size, special_tokens=None, *, cls=None, **
     if cls is None:
         from .tokenizer import Tokenizer as cls
     pattern = options.get("pattern", "gpt2")
+    kwargs = {}
+    if options.get("byte_level", True) is False:
+        kwargs = char_level_kwargs(options)
+        _check_char_level_tokenizer(cls)
     vocab, merges = train_bpe(input_path, vocab_size, special_tokens, **options)
-    return cls(vocab, merges, list(special_tokens or []), pattern=pattern)
+    return cls(vocab, merges, list(special_tokens or []), pattern=pattern, **kwargs)
+
+
+def char_level_kwargs(options) -> dict:
+    """The Tokenizer keyword arguments that describe a char-level training's result."""
+    return {"byte_level": False,
+            "continuing_subword_prefix": options.get("continuing_subword_prefix") or None,
+            "end_of_word_suffix": options.get("end_of_word_suffix") or None}
+
+
+def _check_char_level_tokenizer(cls) -> None:
+    import inspect
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return
+    if "byte_level" not in params and not any(
+            p.kind is p.VAR_KEYWORD for p in params.values()):
+        raise NotImplementedError(f"{cls.__name__} cannot encode with a character-level "
+                                  "vocabulary (no byte_level argument); use train_bpe and "
+                                  "save the result with bpe_cffi.formats.hf_json_char_level")

@@ -219,7 +219,8 @@ size_t bpe_pretok_safe_cut(int pattern, const uint8_t *text, size_t len);
  * tokens, each segment is pre-tokenized, pre-tokens are counted as UTF-8 bytes; each step
  * merges the pair with the highest count (every adjacent position counts), ties going to the
  * greatest (left bytes, right bytes); occurrences merge left to right without overlap.  The
- * result is the same for every n_threads and block_size. */
+ * result is the same for every n_threads and block_size.  With char_level the initial
+ * tokens are characters (see bpe_cffi/train.py for the alphabet, prefix and suffix rules). */
 typedef struct bpe_trainer bpe_trainer;
 
 typedef struct bpe_trainer_config {
@@ -236,10 +237,28 @@ typedef struct bpe_trainer_config {
     size_t n_special;              /* special tokens: never merged across, not learned */
     const uint8_t *special_bytes;
     const size_t *special_offsets; /* n_special + 1 */
+    /* Options (issue #6); all zero gives the byte-level trainer above unchanged. */
+    size_t max_token_length;       /* 0: no limit; else a merge whose token would cover more
+                                      than this many units (bytes; characters when char_level)
+                                      is never counted nor made */
+    int char_level;                /* 1: the initial symbols are the characters of the words
+                                      (UTF-8), not bytes; the fields below apply */
+    int has_limit_alphabet;        /* char_level: keep only the limit_alphabet most frequent
+                                      characters (the initial ones first); others are dropped */
+    size_t limit_alphabet;
+    const uint32_t *initial_alphabet; /* char_level: code points always in the alphabet */
+    size_t n_initial_alphabet;
+    const uint8_t *prefix;         /* char_level: continuing_subword_prefix (UTF-8), put before */
+    size_t prefix_len;             /*   every symbol that is not first in its word; 0: none */
+    const uint8_t *suffix;         /* char_level: end_of_word_suffix (UTF-8), put after a */
+    size_t suffix_len;             /*   word's last character; 0: none */
 } bpe_trainer_config;
 
-/* Makes a trainer.  BPE_ERR_ARG if vocab_size < 256 + n_special, an unknown pattern, or an
- * empty special token.  *out is NULL on error; free it with bpe_trainer_free. */
+/* Makes a trainer.  BPE_ERR_ARG if vocab_size < 256 + n_special (byte-level) or < n_special
+ * (char_level), an unknown pattern, an empty special token, a char-level option without
+ * char_level, an initial_alphabet code point that is not a Unicode scalar value,
+ * limit_alphabet < n_initial_alphabet, or a prefix or suffix that is not valid UTF-8.  The
+ * option arrays are copied.  *out is NULL on error; free it with bpe_trainer_free. */
 int bpe_trainer_new(const bpe_trainer_config *config, bpe_trainer **out);
 
 /* Frees the trainer; NULL is fine. */
@@ -253,7 +272,8 @@ void bpe_trainer_free(bpe_trainer *trainer);
 int bpe_trainer_count_file(bpe_trainer *trainer, const char *path, bpe_progress *progress);
 
 /* Adds n pre-tokens counted by the caller: word i is bytes[offsets[i] .. offsets[i+1])
- * (non-empty) and occurs counts[i] times.  Words may repeat; counts add up. */
+ * (non-empty) and occurs counts[i] times.  Words may repeat; counts add up.  With char_level
+ * a word that is not valid UTF-8 is BPE_ERR_ARG (and nothing of this call is added). */
 int bpe_trainer_add_words(bpe_trainer *trainer, const uint8_t *bytes, const size_t *offsets,
                           const uint64_t *counts, size_t n);
 

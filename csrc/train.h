@@ -8,6 +8,9 @@
  *                  counting pre-tokens on worker threads (bpe_trainer_count_file).
  *   train_merge.c  the merge loop: words as symbol arrays, the pair index, the 4-ary max-heap
  *                  (bpe_trainer_merge).
+ *   train_chars.c  character-level training: the alphabet (limit_alphabet, initial_alphabet)
+ *                  and the initial symbols of a word (continuing_subword_prefix,
+ *                  end_of_word_suffix).
  *   train.c        the bpe_trainer object: config, add_words, result accessors, free.
  */
 #ifndef BPE_TRAIN_H
@@ -65,6 +68,17 @@ struct bpe_trainer {
     size_t long_word;            /* a word of at least this many bytes is merged by position */
     size_t n_special;
     bpe_special_matcher *special;/* NULL when n_special == 0 */
+    size_t max_token_length;     /* 0: none; else the most units (bytes, or characters when
+                                    char_level) a learned token may cover */
+    int char_level;              /* initial symbols are characters, not bytes */
+    int has_limit_alphabet;      /* char_level: limit_alphabet applies */
+    size_t limit_alphabet;       /* char_level: most characters kept */
+    uint32_t *initial_alphabet;  /* char_level: code points always kept (owned copy) */
+    size_t n_initial_alphabet;
+    uint8_t *prefix;             /* char_level: continuing_subword_prefix (owned), or NULL */
+    size_t prefix_len;
+    uint8_t *suffix;             /* char_level: end_of_word_suffix (owned), or NULL */
+    size_t suffix_len;
 
     train_words words;           /* every pre-token counted so far */
     int merged;                  /* bpe_trainer_merge has run */
@@ -77,6 +91,34 @@ struct bpe_trainer {
     uint32_t *merges;            /* 3 per merge: left id, right id, result id */
     size_t n_merges, merges_cap;
 };
+
+/* ---- character-level alphabet (train_chars.c) ------------------------------------------ */
+
+/* The initial tokens of a char-level training and how a word maps onto them.
+ * Ids 0..n_alpha-1 are the kept characters in code point order; ids n_alpha..n_tokens-1 are
+ * the decorated symbols (prefix + c, c + suffix, prefix + c + suffix) that occur in some
+ * word, in byte order, each string once.  sym[4 * a + kind] is the id of kept character a
+ * with kind = (not first in its word) | 2 * (last in its word); UINT32_MAX if unused. */
+typedef struct train_alphabet {
+    uint32_t *index;       /* 0x110000 entries: kept character's index + 1, 0 if dropped */
+    uint32_t *sym;         /* 4 per kept character, see above */
+    size_t n_alpha;        /* kept characters */
+    uint8_t *bytes;        /* the initial tokens' strings (UTF-8) back to back */
+    size_t *off;           /* n_tokens + 1 offsets into bytes */
+    size_t n_tokens;       /* initial tokens: characters + decorated symbols */
+    int prefix, suffix;    /* the trainer has a prefix / a suffix */
+} train_alphabet;
+
+/* Builds the alphabet of t->words under t's options (every word is valid UTF-8).  Returns
+ * BPE_OK or BPE_ERR_NOMEM; free with train_alphabet_free (also after an error). */
+int train_alphabet_build(const bpe_trainer *t, train_alphabet *a);
+void train_alphabet_free(train_alphabet *a);
+/* Writes the initial symbols of word p[0..len) (valid UTF-8) to out (room for len ids);
+ * characters outside the alphabet are dropped; returns how many were written. */
+size_t train_alphabet_word(const train_alphabet *a, const uint8_t *p, size_t len,
+                           uint32_t *out);
+/* Decodes the valid UTF-8 character at p (n bytes remain): its code point; *used = length. */
+uint32_t train_utf8_next(const uint8_t *p, size_t n, size_t *used);
 
 /* Reads cancel with an atomic load (Python writes it from another thread). */
 static inline int train_cancelled(const bpe_progress *p)

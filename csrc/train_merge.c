@@ -2,12 +2,17 @@
  * train_merge.c - the merge loop of the BPE trainer (bpe_trainer_merge).
  *
  * Data structures:
- *   words   every distinct pre-token of two or more bytes as an array of token ids (symbols)
- *           in one arena, with its 64-bit count.  A merge rewrites a word in place (it only
- *           shrinks).  Single-byte words can never hold a pair and are left out.
- *   tokens  the bytes of every token (0..255 = single bytes, then learned ones) and a hash
- *           map bytes -> id.  Token bytes are unique: a merge whose bytes already name a token
- *           reuses that id, so comparing ids is comparing bytes.
+ *   words   every distinct pre-token of two or more symbols as an array of token ids
+ *           (symbols) in one arena, with its 64-bit count.  The initial symbols are its bytes,
+ *           or with char_level its characters as train_chars.c maps them (the alphabet,
+ *           prefix and suffix).  A merge rewrites a word in place (it only shrinks).  A word
+ *           of one symbol can never hold a pair and is left out.
+ *   tokens  the bytes of every token (the initial ones: 0..255 = single bytes, or the
+ *           char-level alphabet; then learned ones), a hash map bytes -> id, and each token's
+ *           units (bytes or characters covered, for max_token_length).  Token bytes are
+ *           unique: a merge whose bytes already name a token reuses that id, so comparing ids
+ *           is comparing bytes.  A learned token is left + right, less right's leading
+ *           continuing_subword_prefix (char_level).
  *   pairs   a hash map (left id, right id) -> pair record {count, list of words that may
  *           contain it}.  A word list may hold stale entries (words that lost the pair) and
  *           repeats; a merge skips both, so each merge touches only words that held the pair.
@@ -18,6 +23,9 @@
  * Invariants:
  *   - pairs[p].count = sum over words of (adjacent positions holding p) x (word count):
  *     every adjacent position counts, overlapping ones included ("aaa" counts (a,a) twice).
+ *     With max_token_length, a pair whose token would be too long (units[l] + units[r] >
+ *     max) has no record at all: its deltas are dropped.  Units never change once a token
+ *     exists, so a pair is allowed for the whole training or never.
  *   - every pair with count > 0 has at least one heap entry whose count is >= its count.
  *     Popping therefore finds the best pair: an entry whose count equals the pair's count is
  *     the true maximum; an entry with a higher count is pushed back with the current one; an
@@ -55,6 +63,10 @@ typedef struct tokens {
     bpe_trainer *t;        /* owner of tok_bytes / tok_off / merges */
     uint32_t *map;         /* open addressing: id + 1, 0 = empty */
     size_t map_cap;        /* power of two, >= 2 x tokens */
+    uint32_t *units;       /* per token: the bytes (characters when char_level) of the word it
+                              covers; an initial token is 1, a learned one left + right when
+                              it is new (a merge that spells an existing token keeps it) */
+    size_t n_initial;      /* 256, or the char-level alphabet's initial tokens */
 } tokens;
 
 static const uint8_t *tok_ptr(const bpe_trainer *t, uint32_t id) { return t->tok_bytes + t->tok_off[id]; }
@@ -96,11 +108,23 @@ static uint32_t map_find(const tokens *k, const uint8_t *p, size_t len)
     return UINT32_MAX;
 }
 
-/* Appends a token with bytes left + right; sets *id. */
+/* 1 if merging the pair makes a token no longer than max_token_length (or there is none). */
+static int pair_allowed(const tokens *k, uint64_t key)
+{
+    size_t max = k->t->max_token_length;
+    return max == 0 || (size_t)k->units[key >> 32] + k->units[(uint32_t)key] <= max;
+}
+
+/* Appends a token with bytes left + right (right without a leading continuing_subword_prefix,
+ * as HF's trainer does); sets *id. */
 static int token_append(tokens *k, uint32_t left, uint32_t right, uint32_t *id)
 {
     bpe_trainer *t = k->t;
-    size_t ll = tok_len(t, left), lr = tok_len(t, right);
+    size_t ll = tok_len(t, left), lr = tok_len(t, right), skip = 0;
+    if (t->prefix_len && lr >= t->prefix_len &&
+        memcmp(tok_ptr(t, right), t->prefix, t->prefix_len) == 0)
+        skip = t->prefix_len;
+    lr -= skip;
     if (t->tok_bytes_len + ll + lr > t->tok_bytes_cap) {
         size_t cap = t->tok_bytes_cap * 2 + ll + lr;
         uint8_t *b = realloc(t->tok_bytes, cap);
@@ -111,7 +135,7 @@ static int token_append(tokens *k, uint32_t left, uint32_t right, uint32_t *id)
     }
     /* left and right point into tok_bytes: copy after the realloc */
     memcpy(t->tok_bytes + t->tok_bytes_len, tok_ptr(t, left), ll);
-    memcpy(t->tok_bytes + t->tok_bytes_len + ll, tok_ptr(t, right), lr);
+    memcpy(t->tok_bytes + t->tok_bytes_len + ll, tok_ptr(t, right) + skip, lr);
     uint32_t found = map_find(k, t->tok_bytes + t->tok_bytes_len, ll + lr);
     if (found != UINT32_MAX) {
         *id = found;
@@ -122,31 +146,43 @@ static int token_append(tokens *k, uint32_t left, uint32_t right, uint32_t *id)
     t->tok_bytes_len += ll + lr;
     t->tok_off[t->n_tokens + 1] = t->tok_bytes_len;
     *id = (uint32_t)t->n_tokens++;
+    k->units[*id] = k->units[left] + k->units[right];
     return map_insert(k, *id);
 }
 
-static int tokens_init(tokens *k, bpe_trainer *t, size_t max_tokens)
+/* The initial tokens: the 256 single bytes, or (alpha != NULL) the char-level alphabet. */
+static int tokens_init(tokens *k, bpe_trainer *t, size_t max_tokens, const train_alphabet *alpha)
 {
+    size_t n = alpha ? alpha->n_tokens : 256, n_bytes = alpha ? alpha->off[n] : 256;
     k->t = t;
+    k->n_initial = n;
     k->map_cap = 1;
     while (k->map_cap < 2 * max_tokens)
         k->map_cap *= 2;
     k->map = calloc(k->map_cap, sizeof *k->map);
+    k->units = malloc((max_tokens ? max_tokens : 1) * sizeof *k->units);
     t->tok_cap = max_tokens;
     t->tok_off = malloc((max_tokens + 1) * sizeof *t->tok_off);
-    t->tok_bytes_cap = 4096;
+    t->tok_bytes_cap = n_bytes > 4096 ? n_bytes : 4096;
     t->tok_bytes = malloc(t->tok_bytes_cap);
-    if (k->map == NULL || t->tok_off == NULL || t->tok_bytes == NULL)
+    if (k->map == NULL || k->units == NULL || t->tok_off == NULL || t->tok_bytes == NULL)
         return BPE_ERR_NOMEM;
     t->tok_off[0] = 0;
-    for (uint32_t b = 0; b < 256; b++) {
-        t->tok_bytes[b] = (uint8_t)b;
-        t->tok_off[b + 1] = b + 1;
+    for (size_t i = 0; i < n; i++) {
+        if (alpha) {
+            t->tok_off[i + 1] = alpha->off[i + 1];
+        } else {
+            t->tok_bytes[i] = (uint8_t)i;
+            t->tok_off[i + 1] = i + 1;
+        }
+        k->units[i] = 1;
     }
-    t->tok_bytes_len = 256;
-    t->n_tokens = 256;
-    for (uint32_t b = 0; b < 256; b++)
-        map_insert(k, b);
+    if (alpha && n_bytes)
+        memcpy(t->tok_bytes, alpha->bytes, n_bytes);
+    t->tok_bytes_len = n_bytes;
+    t->n_tokens = n;
+    for (uint32_t i = 0; i < n; i++)
+        map_insert(k, i);
     return BPE_OK;
 }
 
@@ -580,7 +616,8 @@ typedef struct state {
     slice long_slice;       /* the deltas of long words (merged on the calling thread) */
     uint32_t *raised;       /* pairs whose count rose in this step */
     size_t n_raised, cap_raised;
-    size_t longest;         /* longest word, in bytes */
+    size_t longest;         /* longest word, in symbols */
+    train_alphabet alpha;   /* char_level: the initial tokens (index == NULL otherwise) */
 } state;
 
 /* Links the symbols of every long word (nxt/prv by index within the word). */
@@ -607,11 +644,35 @@ static int link_long_words(words *ws, size_t total)
     return BPE_OK;
 }
 
+/* Appends word s as symbols (its bytes, or its char-level symbols); a word of fewer than two
+ * symbols can never hold a pair and is left out. */
+static void add_word(state *st, const train_word_slot *s, size_t *pos)
+{
+    words *ws = &st->ws;
+    const uint8_t *p = train_slot_bytes(&st->t->words, s);
+    uint32_t *sym = ws->sym + *pos;
+    size_t n = s->len;
+    if (st->alpha.index != NULL)
+        n = train_alphabet_word(&st->alpha, p, s->len, sym);
+    else
+        for (uint32_t k = 0; k < s->len; k++)
+            sym[k] = p[k];
+    if (n < 2)
+        return;
+    ws->off[ws->n] = *pos;
+    ws->len[ws->n] = (uint32_t)n;
+    ws->count[ws->n] = s->count;
+    *pos += n;
+    if (n > st->longest)
+        st->longest = n;
+    ws->n++;
+}
+
 static int build_words(state *st)
 {
     const train_words *tw = &st->t->words;
     words *ws = &st->ws;
-    size_t total = 0, n = 0;
+    size_t total = 0, n = 0;     /* bytes bound the symbols of a word from above */
     for (size_t i = 0; i < tw->capacity; i++)
         if (tw->slots[i].hash && tw->slots[i].len >= 2) {
             total += tw->slots[i].len;
@@ -628,20 +689,9 @@ static int build_words(state *st)
         return BPE_ERR_NOMEM;
     ws->long_min = st->t->long_word;
     size_t pos = 0;
-    for (size_t i = 0; i < tw->capacity; i++) {
-        const train_word_slot *s = &tw->slots[i];
-        if (s->hash == 0 || s->len < 2)
-            continue;
-        const uint8_t *p = train_slot_bytes(tw, s);
-        ws->off[ws->n] = pos;
-        ws->len[ws->n] = s->len;
-        ws->count[ws->n] = s->count;
-        for (uint32_t k = 0; k < s->len; k++)
-            ws->sym[pos++] = p[k];
-        if (s->len > st->longest)
-            st->longest = s->len;
-        ws->n++;
-    }
+    for (size_t i = 0; i < tw->capacity; i++)
+        if (tw->slots[i].hash != 0 && tw->slots[i].len >= 2)
+            add_word(st, &tw->slots[i], &pos);
     return link_long_words(ws, total);
 }
 
@@ -652,6 +702,8 @@ static int count_initial_pairs(state *st)
         const uint32_t *sym = ws->sym + ws->off[w];
         for (uint32_t i = 0; i + 1 < ws->len[w]; i++) {
             uint32_t idx;
+            if (!pair_allowed(&st->tok, pair_key(sym[i], sym[i + 1])))
+                continue;
             int rc = pairs_get(&st->ps, pair_key(sym[i], sym[i + 1]), &idx);
             if (rc == BPE_OK)
                 rc = is_long(ws, w) ? pair_add_pos(&st->ps.recs[idx], (uint32_t)w, i)
@@ -795,6 +847,8 @@ static int apply_deltas(state *st, uint32_t step)
         for (size_t j = 0; j < s->n_d; j++) {
             const delta *d = &s->d[j];
             uint32_t idx;
+            if (!pair_allowed(&st->tok, d->key))
+                continue;
             int rc = pairs_get(&st->ps, d->key, &idx);
             if (rc != BPE_OK)
                 return rc;
@@ -877,18 +931,23 @@ static int state_init(state *st, bpe_trainer *t)
     memset(st, 0, sizeof *st);
     st->t = t;
     st->h.t = t;
-    int rc = build_words(st);
+    int rc = t->char_level ? train_alphabet_build(t, &st->alpha) : BPE_OK;
+    if (rc == BPE_OK)
+        rc = build_words(st);
     if (rc != BPE_OK)
         return rc;
+    size_t n_initial = t->char_level ? st->alpha.n_tokens : 256;
     /* every merge removes at least one symbol, and a word keeps at least one: no more than
      * sum(len - 1) merges can happen, whatever vocab_size asks for */
     size_t possible = 0;
     for (size_t w = 0; w < st->ws.n; w++)
         possible += st->ws.len[w] - 1;
     size_t max_tokens = t->vocab_size - t->n_special;
-    if (max_tokens > 256 + possible)
-        max_tokens = 256 + possible;
-    rc = tokens_init(&st->tok, t, max_tokens < 256 ? 256 : max_tokens);
+    if (max_tokens > n_initial + possible)
+        max_tokens = n_initial + possible;
+    rc = tokens_init(&st->tok, t, max_tokens < n_initial ? n_initial : max_tokens,
+                     t->char_level ? &st->alpha : NULL);
+    train_alphabet_free(&st->alpha);     /* copied into the tokens; only index was needed */
     if (rc == BPE_OK)
         rc = count_initial_pairs(st);
     if (rc != BPE_OK)
@@ -908,7 +967,9 @@ static int state_init(state *st, bpe_trainer *t)
 
 static void state_free(state *st)
 {
+    train_alphabet_free(&st->alpha);
     free(st->tok.map);
+    free(st->tok.units);
     pairs_free(&st->ps);
     free(st->h.e);
     free(st->ws.sym);
@@ -945,9 +1006,13 @@ int bpe_trainer_merge(bpe_trainer *t, bpe_progress *progress)
     if (t == NULL || t->merged)
         return BPE_ERR_ARG;
     size_t target = t->vocab_size - t->n_special;
-    train_progress_set(progress, BPE_PHASE_MERGE, 0, target > 256 ? target - 256 : 0);
+    train_progress_set(progress, BPE_PHASE_MERGE, 0, 0);
     state st;
     int rc = state_init(&st, t);
+    size_t n_initial = st.tok.n_initial;
+    if (rc == BPE_OK)
+        train_progress_set(progress, BPE_PHASE_MERGE, 0,
+                           target > n_initial ? target - n_initial : 0);
     uint32_t step = 0;
     while (rc == BPE_OK && t->n_tokens < target) {
         if (train_cancelled(progress)) {
@@ -959,7 +1024,7 @@ int bpe_trainer_merge(bpe_trainer *t, bpe_progress *progress)
         if (done)
             break;
         if (progress)
-            __atomic_store_n(&progress->done, t->n_tokens - 256, __ATOMIC_RELAXED);
+            __atomic_store_n(&progress->done, t->n_tokens - n_initial, __ATOMIC_RELAXED);
     }
     state_free(&st);
     if (rc != BPE_OK) {

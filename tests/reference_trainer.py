@@ -22,6 +22,26 @@ The semantics (bpe_cffi.train documents the same rules):
      recorded but the vocabulary does not grow, and training goes on.
   8. Ids 0..255 are the single bytes, then the learned tokens in order, then the special
      tokens.  Training stops when len(vocab) reaches vocab_size.
+
+Options (issue #6):
+  max_token_length: a pair is counted (and can be merged) only if the token it makes would
+     cover at most this many units of the word: bytes when byte-level, characters when
+     character-level.  A token's units are 1 for an initial token and, for a learned one,
+     left's + right's when its string is new (a merge that spells an existing token keeps
+     that token and its units).  The prefix and suffix are not counted.
+  byte_level=False: character-level training (initial_symbols below):
+     - the alphabet is every character of the words (frequency = occurrences x word count)
+       plus initial_alphabet (infinitely frequent); with limit_alphabet only the
+       limit_alphabet most frequent are kept, ties to the smaller code point;
+     - ids 0.. are the kept characters in code point order, then the decorated symbols that
+       occur, in byte order, one id per distinct string;
+     - a word's symbols: each kept character, with continuing_subword_prefix before it unless
+       it is the word's first character, and end_of_word_suffix after it if it is the word's
+       last character ("first" and "last" before dropping characters not kept; a dropped
+       character disappears and its neighbours become adjacent);
+     - merging (x, y) makes the string x + y, without y's leading prefix (HF's rule).
+     vocab_size counts every id; if the initial tokens and specials exceed it, nothing is
+     learned (the vocabulary is bigger than vocab_size, as with HF).
 """
 from collections import Counter
 
@@ -45,12 +65,16 @@ def count_pretokens(text: str, pattern: str, special_tokens) -> Counter:
     return counts
 
 
-def merge_word(word: tuple, pair: tuple) -> tuple:
+def merge_word(word: tuple, pair: tuple, token: bytes = None) -> tuple:
+    """word with every occurrence of pair, left to right without overlap, replaced by token
+    (default: the two parts joined)."""
+    if token is None:
+        token = pair[0] + pair[1]
     out = []
     i = 0
     while i < len(word):
         if i + 1 < len(word) and (word[i], word[i + 1]) == pair:
-            out.append(word[i] + word[i + 1])
+            out.append(token)
             i += 2
         else:
             out.append(word[i])
@@ -58,32 +82,85 @@ def merge_word(word: tuple, pair: tuple) -> tuple:
     return tuple(out)
 
 
-def train_from_counts(counts, vocab_size: int, special_tokens=(), min_frequency=None):
+def initial_symbols(counts, initial_alphabet=(), limit_alphabet=None, prefix=None,
+                    suffix=None):
+    """Character-level start: (initial tokens [bytes] in id order, {word bytes: symbols})."""
+    freq = Counter()
+    for w, c in counts.items():
+        for ch in w.decode("utf-8"):
+            freq[ch] += c
+    for ch in initial_alphabet:
+        freq[ch] = float("inf")
+    ranked = sorted(freq, key=lambda ch: (-freq[ch], ord(ch)))
+    if limit_alphabet is not None:
+        ranked = ranked[:limit_alphabet]
+    kept = set(ranked)
+    words = {}
+    for w in counts:
+        chars = w.decode("utf-8")
+        symbols = []
+        for i, ch in enumerate(chars):
+            if ch not in kept:
+                continue
+            s = ch
+            if prefix and i > 0:
+                s = prefix + s
+            if suffix and i == len(chars) - 1:
+                s = s + suffix
+            symbols.append(s.encode("utf-8"))
+        words[w] = tuple(symbols)
+    alphabet = [ch.encode("utf-8") for ch in sorted(kept, key=ord)]
+    decorated = sorted({s for syms in words.values() for s in syms} - set(alphabet))
+    return alphabet + decorated, words
+
+
+def train_from_counts(counts, vocab_size: int, special_tokens=(), min_frequency=None,
+                      max_token_length=None, byte_level=True, initial_alphabet=(),
+                      limit_alphabet=None, continuing_subword_prefix=None,
+                      end_of_word_suffix=None):
     """BPE over pre-token counts {bytes: int}.  Returns (vocab {id: bytes}, merges)."""
     special_tokens = list(special_tokens)
-    vocab = {i: bytes([i]) for i in range(256)}
-    known = set(vocab.values())
+    prefix = continuing_subword_prefix or None
+    if byte_level:
+        initial = [bytes([i]) for i in range(256)]
+        words = {tuple(bytes([b]) for b in w): c for w, c in counts.items()}
+    else:
+        initial, symbols = initial_symbols(counts, initial_alphabet, limit_alphabet, prefix,
+                                           end_of_word_suffix or None)
+        words = {}
+        for w, c in counts.items():
+            words[symbols[w]] = words.get(symbols[w], 0) + c
+    vocab = dict(enumerate(initial))
+    units = {t: 1 for t in initial}          # word units (bytes / characters) a token covers
     merges = []
-    words = {tuple(bytes([b]) for b in w): c for w, c in counts.items()}
+    words = {w: c for w, c in words.items() if len(w) > 1}
     target = vocab_size - len(special_tokens)
+
+    def allowed(pair):
+        return max_token_length is None or units[pair[0]] + units[pair[1]] <= max_token_length
+
     while len(vocab) < target:
         pairs = Counter()
         for word, c in words.items():
             for pair in zip(word, word[1:]):      # every adjacent position
-                pairs[pair] += c
+                if allowed(pair):
+                    pairs[pair] += c
         if not pairs:
             break
         best = max(pairs, key=lambda p: (pairs[p], p))
         if pairs[best] <= 0 or (min_frequency is not None and pairs[best] < min_frequency):
             break
         merges.append(best)
-        token = best[0] + best[1]
-        if token not in known:
-            known.add(token)
+        left, right = best
+        if prefix and right.startswith(prefix.encode("utf-8")):
+            right = right[len(prefix.encode("utf-8")):]
+        token = left + right
+        if token not in units:
+            units[token] = units[best[0]] + units[best[1]]
             vocab[len(vocab)] = token
         new_words = {}
         for word, c in words.items():
-            w = merge_word(word, best) if best[0] in word else word
+            w = merge_word(word, best, token) if best[0] in word else word
             if len(w) > 1:        # a single token has no pair and can never change again
                 new_words[w] = new_words.get(w, 0) + c
         words = new_words
@@ -93,8 +170,9 @@ def train_from_counts(counts, vocab_size: int, special_tokens=(), min_frequency=
 
 
 def train_reference(paths, vocab_size: int, special_tokens=(), pattern: str = None,
-                    min_frequency=None):
-    """Train on the files at paths (a path or a list); pattern is a regex string."""
+                    min_frequency=None, **options):
+    """Train on the files at paths (a path or a list); pattern is a regex string; options are
+    train_from_counts's (max_token_length, byte_level, ...)."""
     if pattern is None:
         from bpe_cffi.patterns import GPT2 as pattern
     if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
@@ -104,4 +182,4 @@ def train_reference(paths, vocab_size: int, special_tokens=(), pattern: str = No
         with open(p, "rb") as f:
             text = f.read().decode("utf-8", errors="replace")
         counts.update(count_pretokens(text, pattern, special_tokens))
-    return train_from_counts(counts, vocab_size, special_tokens, min_frequency)
+    return train_from_counts(counts, vocab_size, special_tokens, min_frequency, **options)
