@@ -305,10 +305,16 @@ def _split_piece(piece, spans, behavior):
 class _PreTokenizer:
     """Base: subclasses implement `_apply(pieces) -> pieces`."""
 
-    def pre_tokenize_str(self, text):
+    def pre_tokenize_str(self, text, offset=0):
+        """[(piece, (start, end))]: HF's pre_tokenize_str.  `offset` (ours; HF's objects do not
+        take it) is where `text` starts in a longer input, for a caller that pre-tokenizes
+        the segments between special tokens one by one as HF does: offsets are shifted by
+        it, and Metaspace(prepend_scheme="first") prepends only when it is 0."""
         if not isinstance(text, str):
             raise TypeError(f"pre_tokenize_str needs a str, not {type(text).__name__}")
-        pieces = [_Piece(text, 0)] if text else []
+        if type(offset) is not int or offset < 0:
+            raise ValueError(f"offset must be an int >= 0, not {offset!r}")
+        pieces = [_Piece(text, offset)] if text else []
         return [(p.text, p.offsets()) for p in self._apply(pieces)]
 
     def _split_all(self, pieces, spans_of, behavior):
