@@ -396,7 +396,4 @@ def check_options_supported(cls, options, path) -> None:
 
 
 def _short(v) -> str:
-    if hasattr(v, "to_json"):
-        d = v.to_json()
-        return d.get("type", type(v).__name__) if isinstance(d, dict) else type(v).__name__
-    return repr(v)
+    return type(v).__name__ if hasattr(v, "to_json") else repr(v)
