@@ -287,9 +287,12 @@ def token_lists(main_texts):
         words = t.split(" ")
         lists.append([w if k % 3 else "##" + w for k, w in enumerate(words) if w])
         lists.append([w + "</w>" if k % 2 else w for k, w in enumerate(words)])
-    lists += [[], [""], ["<0x+5>", "<0x 5>", "<0x-5>", "<0x\u00e9>", "<0XAB>", "<0xab>", "<0x4>"],
-              ["\u2581\u2581a\u2581", "\u2581", "b\u2581\u2581"], ["##a", "b", "##", " ,", "do not"],
-              ["a</w>", "</w>", "b</w>c"], ["\u0120", "\u00c4", "\u0122", "\u20ac", "\u0100", "a b"]]
+    lists += [[], [""],
+              ["<0x+5>", "<0x 5>", "<0x-5>", "<0x\u00e9>", "<0XAB>", "<0xab>", "<0x4>"],
+              ["\u2581\u2581a\u2581", "\u2581", "b\u2581\u2581"],
+              ["##a", "b", "##", " ,", "do not"],
+              ["a</w>", "</w>", "b</w>c"],
+              ["\u0120", "\u00c4", "\u0122", "\u20ac", "\u0100", "a b"]]
     return lists
 
 

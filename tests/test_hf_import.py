@@ -227,6 +227,22 @@ def test_builtin_patterns_recognised(tmp_path):
                             "trim_offsets": True, "use_regex": True}
     p.write_text(json.dumps(doc), "utf-8")
     assert read_hf_tokenizer_json(p)["pattern"] == "gpt2"
+    # the older cl100k regex found in hub files is not ours (it splits trailing whitespace
+    # after a newline differently), so it stays a regex run in Python
+    doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": OLD_CL100K}, "behavior": "Isolated",
+         "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+         "use_regex": False}]}
+    p.write_text(json.dumps(doc), "utf-8")
+    assert read_hf_tokenizer_json(p)["pattern"] == OLD_CL100K
+    hf = tokenizers.Tokenizer.from_file(str(p))
+    text = "a  \r\n\r\n  b \n " + read_corpus("code", 20_000)
+    assert load(p).encode(text) == hf.encode(text).ids
+
+
+OLD_CL100K = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?"""
+              r"""[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 
 
 def test_merges_in_both_forms(built, tmp_path):
