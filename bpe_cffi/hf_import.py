@@ -330,6 +330,15 @@ def _vocab_and_merges(model, special, byte_level, path, text, fail):
 
         def to_bytes(s, where):
             return s.encode("utf-8", "surrogatepass")
+    by_bytes = {b: i for i, b in vocab.items()}
+    for s, i in special.items():
+        b = s.encode("utf-8", "surrogatepass")
+        if i in vocab and vocab[i] != b:
+            fail(f"added token {s!r} has id {i}, which is the model's token {vocab[i]!r}: "
+                 f"unsupported")
+        if by_bytes.get(b, i) != i:
+            fail(f"added token {s!r} (id {i}) is also the model's token {by_bytes[b]}: "
+                 f"unsupported")
     merges = []
     cache = {}
     for k, m in enumerate(raw_merges):

@@ -323,6 +323,24 @@ def test_normalized_added_token_with_normalizer_refused(built, tmp_path):
         read_hf_tokenizer_json(q)
 
 
+def test_added_token_id_clashes_refused(built, tmp_path):
+    p = built("whitespace")
+    vocab = _hf_vocab(p)
+    added = {t["content"] for t in _hf_added(p)}
+    some, some_id = next((s, i) for s, i in vocab.items() if len(s) > 2 and s not in added)
+    q = _mutated(p, tmp_path, lambda d: d["added_tokens"].append(
+        {"id": some_id, "content": "<new>", "single_word": False, "lstrip": False,
+         "rstrip": False, "normalized": False, "special": True}))
+    with pytest.raises(ValueError, match=rf"added token '<new>' has id {some_id}, which is "
+                                         rf"the model's token"):
+        read_hf_tokenizer_json(q)
+    q = _mutated(p, tmp_path, lambda d: d["added_tokens"].append(
+        {"id": 99999, "content": some, "single_word": False, "lstrip": False,
+         "rstrip": False, "normalized": False, "special": True}))
+    with pytest.raises(ValueError, match=rf"\(id 99999\) is also the model's token {some_id}"):
+        read_hf_tokenizer_json(q)
+
+
 def test_wordpiece_and_unigram_models_refused(tmp_path):
     t = tokenizers.Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1, "##b": 2},
                                               unk_token="[UNK]"))
