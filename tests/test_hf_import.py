@@ -477,3 +477,35 @@ def test_reader_output_reproduces_hf_ids(built, name):
 
 
 REF_CHARS = 200_000 if LONG else 12_000
+
+
+def test_load_hands_options_to_tokenizer(built, monkeypatch):
+    """The wiring `load` uses once Tokenizer takes the model options, checked with a stand-in
+    that records its arguments: the whole vocabulary with added tokens at their ids, the
+    merges, the added tokens, the options, and the pattern when the file has a plain one."""
+    import bpe_cffi.tokenizer as tokmod
+    calls = []
+
+    class Recorder:
+        def __init__(self, vocab, merges, special_tokens=None, **kw):
+            calls.append((vocab, merges, special_tokens, kw))
+
+    monkeypatch.setattr(tokmod, "Tokenizer", Recorder)
+    for name in ("whitespace", "llama", "bytelevel-prefix"):
+        p = built(name)
+        r = _read(p)
+        calls.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert isinstance(load(p), Recorder)
+        (vocab, merges, special, kw), = calls
+        assert vocab == r["vocab"] | {i: s.encode() for s, i in r["special"].items()}
+        assert merges == r["merges"] and special == list(r["special"])
+        assert kw.pop("ignore_merges") is r["ignore_merges"]
+        assert "pattern" not in kw                 # the pre_tokenizer option splits
+        assert kw == r["options"]
+    # a user pattern replaces the file's pre-tokenizer
+    calls.clear()
+    load(built("whitespace"), pattern="gpt2")
+    kw = calls[0][3]
+    assert kw["pattern"] == "gpt2" and "pre_tokenizer" not in kw and kw["byte_level"] is False
