@@ -15,10 +15,12 @@ and raise `UnsupportedComponent` (a ValueError) naming what they do not know.
 
 Data structure of pre-tokenization.  A pre-tokenizer works on a list of `_Piece`s: the text
 of a piece and, for every character of it, the range of the input it stands for.  The common
-case (a piece that is an untouched slice of the input) stores only `base`, the input offset of
-its first character (`align` is None: character k stands for [base+k, base+k+1)).  Once a
-piece is changed (a prefix added, characters mapped to several), `align` is the explicit list
-of (start, end) per character.  Invariants: len(align) == len(text) when align is set; the
+case (a slice of the input, perhaps with characters replaced one for one and a prefix of
+`pre` added characters) stores only `base` and `pre` (`align` is None: the first `pre`
+characters stand for [base, base+1), character k >= pre for [base+k-pre, base+k-pre+1)).
+Once a piece is changed otherwise (characters mapped to several, a prefix on a piece that
+already has an explicit alignment), `align` is the explicit list of (start, end) per
+character.  Invariants: len(align) == len(text) when align is set; the
 ranges are non-decreasing; a piece is never empty (empty pieces are dropped, as HF drops
 them); the piece's offsets are (start of its first char, end of its last char).
 
@@ -32,9 +34,10 @@ alternating match / non-match spans covering it, and
 Regex semantics.  HF runs regexes with Oniguruma; here they run with the `regex` module
 (V0, Unicode).  Known differences: (1) `X{m,n}+` means `(?:X{m,n})+` in Oniguruma but a
 possessive repeat in `regex`: patterns containing it are refused (ValueError) rather than
-silently changed; (2) where a pattern can match the empty string, Python may report an empty
-match right after a non-empty one where Oniguruma does not; empty pieces are dropped either
-way, so only patterns whose empty matches cut a piece differ; (3) the Unicode version of
+silently changed; (2) successive matches are found as HF's iterator finds them (an empty
+match right after a match is skipped, unlike Python's finditer: see _onig_matches); \\h and
+\\H (a hex digit in Oniguruma, horizontal space in `regex`) are refused too; we know of no
+other syntax the two read differently; (3) the Unicode version of
 character properties (\\p{L}, \\w, \\s, ...) is the `regex` module's, not Oniguruma's, and
 the categories used by Punctuation/Digits/Lowercase/NFC are Python's `unicodedata` and the
 `regex` module's; characters assigned in recent Unicode versions may be classified
@@ -85,6 +88,7 @@ _BEHAVIOR_JSON = {"removed": "Removed", "isolated": "Isolated", "contiguous": "C
                   "merged_with_next": "MergedWithNext"}
 
 _ONIG_BOUNDED_PLUS = regex.compile(r"(?<!\\)(?:\\\\)*\{\d*(?:,\d*)?\}\+")
+_ONIG_HEX_ESCAPE = regex.compile(r"(?<!\\)(?:\\\\)*\\[hH]")
 
 
 def _behavior(value) -> str:
@@ -103,6 +107,9 @@ def compile_onig(pattern: str):
     if _ONIG_BOUNDED_PLUS.search(pattern):
         raise UnsupportedComponent(f"regex {pattern!r} uses X{{m,n}}+, which Oniguruma reads "
                                    f"as (?:X{{m,n}})+ and Python as a possessive repeat")
+    if _ONIG_HEX_ESCAPE.search(pattern):
+        raise UnsupportedComponent(f"regex {pattern!r} uses \\h or \\H, a hex digit in "
+                                   f"Oniguruma but horizontal space in Python")
     try:
         return regex.compile(pattern)
     except regex.error as exc:
@@ -139,7 +146,7 @@ class _Pattern:
 
     def spans(self, text):
         """[(start, end, is_match)] covering text (HF's find_matches); empty spans included."""
-        return _char_class_spans(self.compiled, text)
+        return _spans(self.compiled, text)
 
 
 def _onig_matches(compiled, text):
@@ -170,7 +177,7 @@ def _onig_matches(compiled, text):
     return out
 
 
-def _char_class_spans(compiled, text):
+def _spans(compiled, text):
     """[(start, end, is_match)] covering text, alternating non-match / match spans (HF's
     Pattern::find_matches); an empty text gives one empty non-match span."""
     if not text:
@@ -339,7 +346,7 @@ class Whitespace(_PreTokenizer):
     def _apply(self, pieces):
         pat = self._re
         return self._split_all(
-            pieces, lambda t: [(s, e, not m) for s, e, m in _char_class_spans(pat, t)],
+            pieces, lambda t: [(s, e, not m) for s, e, m in _spans(pat, t)],
             "removed")
 
     @classmethod
@@ -357,7 +364,7 @@ class WhitespaceSplit(_PreTokenizer):
 
     def _apply(self, pieces):
         pat = self._re
-        return self._split_all(pieces, lambda t: _char_class_spans(pat, t), "removed")
+        return self._split_all(pieces, lambda t: _spans(pat, t), "removed")
 
     @classmethod
     def from_json(cls, d):
@@ -377,7 +384,7 @@ class Punctuation(_PreTokenizer):
 
     def _apply(self, pieces):
         pat = self._re
-        return self._split_all(pieces, lambda t: _char_class_spans(pat, t), self.behavior)
+        return self._split_all(pieces, lambda t: _spans(pat, t), self.behavior)
 
     @classmethod
     def from_json(cls, d):
@@ -397,7 +404,7 @@ class Digits(_PreTokenizer):
 
     def _apply(self, pieces):
         pat = self._re
-        return self._split_all(pieces, lambda t: _char_class_spans(pat, t),
+        return self._split_all(pieces, lambda t: _spans(pat, t),
                                "isolated" if self.individual_digits else "contiguous")
 
     @classmethod
@@ -469,7 +476,7 @@ class Metaspace(_PreTokenizer):
                     or (self.prepend_scheme == "first" and p.starts_at() == 0)):
                 p = p.prepend(rep)
             if self.split:
-                out.extend(_split_piece(p, _char_class_spans(self._re, p.text),
+                out.extend(_split_piece(p, _spans(self._re, p.text),
                                         "merged_with_next"))
             elif p.text:
                 out.append(p)
@@ -541,7 +548,7 @@ class ByteLevel(_PreTokenizer):
             if self.add_prefix_space and not p.text.startswith(" "):
                 p = p.prepend(" ")
             if self.use_regex:
-                out.extend(_split_piece(p, _char_class_spans(self._re, p.text), "isolated"))
+                out.extend(_split_piece(p, _spans(self._re, p.text), "isolated"))
             elif p.text:
                 out.append(p)
         return out

@@ -177,6 +177,8 @@ def test_text_pieces_are_raw_text():
       "invert": False}, r"X\{m,n\}\+"),
     ({"type": "Split", "pattern": {"Regex": "("}, "behavior": "Isolated", "invert": False},
      "does not compile"),
+    ({"type": "Split", "pattern": {"Regex": r"[\h]+"}, "behavior": "Isolated",
+      "invert": False}, "hex digit in Oniguruma"),
     ({"type": "Split", "pattern": {"Regex": "a"}, "behavior": "Sideways", "invert": False},
      "behavior"),
     ({"type": "Whitespace", "extra": 1}, r"unknown field\(s\) \['extra'\]"),
