@@ -925,13 +925,15 @@ def _load_hf(p, doc, text, pattern, special_tokens, kw) -> Tokenizer:
         # options the C core gained with the model options (byte_level, pre_tokenizer, ...):
         # accepted only if this Tokenizer takes them
         hf_import.check_options_supported(Tokenizer, options, p)
-        formats.check_merges(vocab, parts["merges"], p)
         full = dict(vocab)
         for s, i in special.items():
             full[i] = s.encode("utf-8")
         if parts["pattern"] is not None:
             kw.setdefault("pattern", parts["pattern"])
-        return Tokenizer(full, parts["merges"], list(special), **options, **kw)
+        try:    # Tokenizer checks the merges (a continuing_subword_prefix changes the rule)
+            return Tokenizer(full, parts["merges"], list(special), **options, **kw)
+        except ValueError as exc:
+            raise ValueError(f"{p}: {exc}") from None
     if parts["rule"] == formats.RULE_TIKTOKEN:
         tok = Tokenizer._from_parts(formats.RULE_TIKTOKEN, vocab, [], special,
                                     parts["pattern"], **kw)

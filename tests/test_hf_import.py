@@ -491,7 +491,7 @@ def test_load_hands_options_to_tokenizer(built, monkeypatch):
             calls.append((vocab, merges, special_tokens, kw))
 
     monkeypatch.setattr(tokmod, "Tokenizer", Recorder)
-    for name in ("whitespace", "llama", "bytelevel-prefix"):
+    for name in ("whitespace", "llama", "bytelevel-prefix", "suffix"):
         p = built(name)
         r = _read(p)
         calls.clear()
