@@ -51,7 +51,7 @@ __all__ = [
     "UnsupportedComponent",
     # pre-tokenizers
     "Whitespace", "WhitespaceSplit", "Metaspace", "Split", "ByteLevel", "Punctuation",
-    "Digits", "PreTokenizerSequence",
+    "Digits", "PreTokenizerSequence", "TextPieces",
     # normalizers
     "NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Strip", "Replace", "Prepend",
     "NormalizerSequence",
