@@ -9,7 +9,9 @@ Formats:
   - HuggingFace `tokenizer.json` (model type BPE, byte-level alphabet).  We write it so that
     `tokenizers.Tokenizer.from_file` reproduces our ids, plus a "bpe_cffi" key inside "model"
     (HF ignores unknown keys there but rejects them at the top level) recording the merge
-    rule and split pattern, so `read_hf` restores the exact tokenizer.
+    rule and split pattern, so `read_hf` restores the exact tokenizer.  Reading any BPE
+    tokenizer.json (other pre-tokenizers, normalizers, decoders, model options) is
+    `hf_import.read_hf_tokenizer_json`.
 
 Every reader validates what it returns: malformed, truncated or inconsistent input raises
 ValueError("<file>:<line>: <what is wrong>"); a missing file raises the OSError from open().
@@ -479,85 +481,11 @@ def write_hf(path, doc: dict) -> None:
     atomic_write(path, json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8"))
 
 
-def _find_split_regex(pre, path):
-    """The regex of the first Split pre-tokenizer, or "gpt2" for a ByteLevel with use_regex,
-    or None."""
-    if not isinstance(pre, dict):
-        return None
-    kind = pre.get("type")
-    if kind == "Sequence":
-        for p in pre.get("pretokenizers") or []:
-            found = _find_split_regex(p, path)
-            if found is not None:
-                return found
-        return None
-    if kind == "Split":
-        pat = pre.get("pattern") or {}
-        if isinstance(pat, dict) and "Regex" in pat:
-            return pat["Regex"]
-        if isinstance(pat, dict) and "String" in pat:
-            import regex
-            return regex.escape(pat["String"])
-        raise ValueError(f"{path}: Split pre-tokenizer without a pattern")
-    if kind == "ByteLevel" and pre.get("use_regex", True):
-        return "gpt2"
-    return None
-
-
 def read_hf(path, doc=None, text=None) -> dict:
-    """tokenizer.json -> dict(vocab={id: bytes}, merges=[(bytes, bytes)], special={str: id},
-    rule=..., pattern=..., ignore_merges=bool)."""
-    path = os.fspath(path)
-    if doc is None:
-        text = _read_text(path)
-        doc = _parse_json(text, path)
-    if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict):
-        raise ValueError(f"{path}:1: not a tokenizer.json (no \"model\" object)")
-    model = doc["model"]
-    if model.get("type", "BPE") != "BPE":
-        raise ValueError(f"{path}: model type {model.get('type')!r} is not BPE")
-    if model.get("byte_fallback"):
-        raise ValueError(f"{path}: byte_fallback BPE models are not byte-level; unsupported")
-    raw_vocab = model.get("vocab")
-    if not isinstance(raw_vocab, dict):
-        raise ValueError(f"{path}: model.vocab must be an object")
-    raw_merges = model.get("merges")
-    if not isinstance(raw_merges, list):
-        raise ValueError(f"{path}: model.merges must be a list")
-    special = {}
-    for k, t in enumerate(doc.get("added_tokens") or []):
-        if not isinstance(t, dict) or not isinstance(t.get("content"), str) or not t["content"]:
-            raise ValueError(f"{path}: added_tokens[{k}] has no content")
-        special[t["content"]] = _check_id(t.get("id"), f"{path}: added_tokens[{k}]")
-    # added tokens may also appear in model.vocab, as raw strings; drop them there.
-    raw_vocab = {s: i for s, i in raw_vocab.items() if not (s in special and special[s] == i)}
-    vocab = vocab_from_token_strings(raw_vocab, path, text)
-    merges = []
-    for k, m in enumerate(raw_merges):
-        if isinstance(m, str):
-            parts = m.split(" ")
-        elif isinstance(m, list):
-            parts = m
-        else:
-            parts = None
-        if not parts or len(parts) != 2 or not all(isinstance(p, str) and p for p in parts):
-            raise ValueError(f"{path}: model.merges[{k}] must be two tokens, found {m!r}")
-        merges.append((token_str_to_bytes(parts[0], f"{path}: model.merges[{k}]"),
-                       token_str_to_bytes(parts[1], f"{path}: model.merges[{k}]")))
-    ours = model.get("bpe_cffi") if isinstance(model.get("bpe_cffi"), dict) else {}
-    rule = ours.get("rule", RULE_MERGES)
-    if rule not in (RULE_MERGES, RULE_TIKTOKEN):
-        raise ValueError(f"{path}: bpe_cffi.rule {rule!r} is neither 'merges' nor 'tiktoken'")
-    pattern = ours.get("pattern")
-    if pattern is None:
-        pattern = _find_split_regex(doc.get("pre_tokenizer"), path)
-        if pattern is None:
-            raise ValueError(f"{path}: no Split regex or ByteLevel pre-tokenizer; cannot tell "
-                             f"how to split text")
-    if not isinstance(pattern, str):
-        raise ValueError(f"{path}: bpe_cffi.pattern must be a string")
-    return {"vocab": vocab, "merges": merges, "special": special, "rule": rule,
-            "pattern": pattern, "ignore_merges": bool(model.get("ignore_merges", False))}
+    """tokenizer.json -> the dict of hf_import.read_hf_tokenizer_json (kept for callers of
+    the older name)."""
+    from .hf_import import read_hf_tokenizer_json
+    return read_hf_tokenizer_json(path, doc, text)
 
 
 # ---- writing files safely -------------------------------------------------------------

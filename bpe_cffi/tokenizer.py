@@ -947,9 +947,51 @@ def _write_le(f, arr) -> None:
     arr.tofile(f)
 
 
+def _load_hf(p, doc, text, pattern, special_tokens, kw) -> Tokenizer:
+    """A Tokenizer from a parsed tokenizer.json (see hf_import for what is accepted)."""
+    import warnings
+    from . import hf_import
+    parts = hf_import.read_hf_tokenizer_json(p, doc, text)
+    for w in parts["warnings"]:
+        warnings.warn(f"{p}: {w}", stacklevel=3)
+    if special_tokens is not None:
+        raise ValueError("load: a tokenizer.json names its own special tokens; do not pass "
+                         "special_tokens")
+    special = parts["special"]
+    options = dict(parts["options"])
+    if pattern is not None:                 # the caller's split replaces the file's
+        parts["pattern"] = pattern
+        options.pop("pre_tokenizer", None)
+    kw.setdefault("ignore_merges", parts["ignore_merges"])
+    vocab = parts["vocab"]
+    if options:
+        # options the C core gained with the model options (byte_level, pre_tokenizer, ...):
+        # accepted only if this Tokenizer takes them
+        hf_import.check_options_supported(Tokenizer, options, p)
+        full = dict(vocab)
+        for s, i in special.items():
+            full[i] = s.encode("utf-8")
+        if parts["pattern"] is not None:
+            kw.setdefault("pattern", parts["pattern"])
+        try:    # Tokenizer checks the merges (a continuing_subword_prefix changes the rule)
+            return Tokenizer(full, parts["merges"], list(special), **options, **kw)
+        except ValueError as exc:
+            raise ValueError(f"{p}: {exc}") from None
+    if parts["rule"] == formats.RULE_TIKTOKEN:
+        tok = Tokenizer._from_parts(formats.RULE_TIKTOKEN, vocab, [], special,
+                                    parts["pattern"], **kw)
+        tok._synth = parts["merges"]     # the merges we synthesized when saving it
+        return tok
+    formats.check_merges(vocab, parts["merges"], p)
+    return Tokenizer._from_parts(formats.RULE_MERGES, vocab, parts["merges"], special,
+                                 parts["pattern"], **kw)
+
+
 def load(path, *, pattern: str = None, special_tokens=None, **kw) -> Tokenizer:
     """Load a tokenizer from any supported file:
-      - a tokenizer.json (HuggingFace format, as written by Tokenizer.save);
+      - a tokenizer.json (HuggingFace format: as written by Tokenizer.save, or any BPE model
+        whose components bpe_cffi.hf_import accepts; others are refused with a ValueError
+        naming what is unsupported);
       - a GPT-2 vocab.json (merges.txt is looked for beside it: `<prefix>merges.txt` for a
         `<prefix>vocab.json`, else `merges.txt`), or a (vocab.json, merges.txt) tuple;
       - a .tiktoken file (pattern= names the split pattern; inferred for the standard 50k,
@@ -971,23 +1013,7 @@ def load(path, *, pattern: str = None, special_tokens=None, **kw) -> Tokenizer:
     text = formats._read_text(p)
     doc = formats._parse_json(text, p)
     if isinstance(doc, dict) and isinstance(doc.get("model"), dict):
-        parts = formats.read_hf(p, doc, text)
-        if pattern is not None:
-            parts["pattern"] = pattern
-        special = parts["special"]
-        if special_tokens is not None:
-            raise ValueError("load: a tokenizer.json names its own special tokens; do not pass "
-                             "special_tokens")
-        kw.setdefault("ignore_merges", parts["ignore_merges"])
-        if parts["rule"] == formats.RULE_TIKTOKEN:
-            tok = Tokenizer._from_parts(formats.RULE_TIKTOKEN, parts["vocab"], [], special,
-                                        parts["pattern"], **kw)
-            tok._synth = parts["merges"]     # the merges we synthesized when saving it
-            return tok
-        vocab = parts["vocab"]
-        formats.check_merges(vocab, parts["merges"], p)
-        return Tokenizer._from_parts(formats.RULE_MERGES, vocab, parts["merges"], special,
-                                     parts["pattern"], **kw)
+        return _load_hf(p, doc, text, pattern, special_tokens, kw)
     if not isinstance(doc, dict) or not all(type(i) is int for i in doc.values()):
         raise ValueError(f"{p}: neither a tokenizer.json (no \"model\" object) nor a GPT-2 "
                          f"vocab.json (an object of token: id)")

@@ -1,0 +1,511 @@
+"""bpe_cffi.hf_import: tokenizer.json files built and trained with HF's own library are read
+into what Tokenizer needs (checked against HF's objects), refused with a message naming the
+unsupported part, and (where this Tokenizer has the options) encode like HF."""
+import json
+import warnings
+
+import pytest
+
+from conftest import CORPORA, LONG, read_corpus
+
+tokenizers = pytest.importorskip("tokenizers")
+from tokenizers import Regex, decoders as D, models, normalizers as N  # noqa: E402
+from tokenizers import pre_tokenizers as P, processors, trainers  # noqa: E402
+
+from bpe_cffi import Tokenizer, formats, hf_components as C, hf_import, load  # noqa: E402
+from bpe_cffi.hf_import import read_hf_tokenizer_json  # noqa: E402
+
+MODEL_OPTIONS = {"byte_level", "pre_tokenizer", "normalizer", "decoder", "unk_token",
+                 "byte_fallback", "fuse_unk", "dropout", "continuing_subword_prefix",
+                 "end_of_word_suffix"}
+_ACCEPTED = hf_import.tokenizer_keywords(Tokenizer)
+HAS_MODEL_OPTIONS = _ACCEPTED is None or MODEL_OPTIONS <= _ACCEPTED
+needs_model_options = pytest.mark.skipif(
+    not HAS_MODEL_OPTIONS, reason="needs Tokenizer(pre_tokenizer=...) (model options)")
+
+PARITY_BYTES = 1_000_000 if LONG else 40_000
+SPECIALS = ["<unk>", "<s>", "</s>"]
+
+
+@pytest.fixture(scope="module")
+def train_lines():
+    return read_corpus("en_books", 250_000).splitlines() + \
+        read_corpus("multilingual", 100_000).splitlines()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, train_lines):
+    """name -> path of a tokenizer.json built and trained by HF (made once, on demand)."""
+    cache = {}
+    d = tmp_path_factory.mktemp("hfjson")
+
+    def make(name):
+        if name not in cache:
+            t = BUILDERS[name](train_lines)
+            p = d / f"{name}.json"
+            t.save(str(p))
+            cache[name] = p
+        return cache[name]
+    return make
+
+
+def _train(model, lines, pre=None, norm=None, dec=None, vocab_size=700, **tkw):
+    t = tokenizers.Tokenizer(model)
+    if pre is not None:
+        t.pre_tokenizer = pre
+    if norm is not None:
+        t.normalizer = norm
+    if dec is not None:
+        t.decoder = dec
+    t.train_from_iterator(lines, trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False, **tkw))
+    return t
+
+
+def _whitespace(lines):
+    t = _train(models.BPE(unk_token="<unk>"), lines, P.Whitespace())
+    t.add_tokens(["hello there"])                       # a non-special added token
+    return t
+
+
+def _llama(lines):
+    """SentencePiece/Llama style: Prepend+Replace normalizer, no pre-tokenizer, byte
+    fallback, the Replace/ByteFallback/Fuse/Strip decoder, a BOS post-processor."""
+    t = _train(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True), lines,
+               norm=N.Sequence([N.Prepend("\u2581"), N.Replace(" ", "\u2581")]),
+               dec=D.Sequence([D.Replace("\u2581", " "), D.ByteFallback(), D.Fuse(),
+                               D.Strip(" ", 1, 0)]))
+    t.post_processor = processors.TemplateProcessing(single="<s> $A",
+                                                     special_tokens=[("<s>", 1)])
+    doc = json.loads(t.to_str())
+    vocab = doc["model"]["vocab"]
+    top = max(vocab.values()) + 1
+    for b in range(256):                                # byte-fallback tokens, as in Llama
+        vocab[f"<0x{b:02X}>"] = top + b
+    return tokenizers.Tokenizer.from_str(json.dumps(doc))
+
+
+def _metaspace(lines):
+    return _train(models.BPE(), lines, P.Metaspace(prepend_scheme="first"),
+                  dec=D.Metaspace(prepend_scheme="first"))
+
+
+def _suffix(lines):
+    """Character-level with an end-of-word suffix and a continuing-subword prefix."""
+    return _train(models.BPE(unk_token="<unk>", end_of_word_suffix="</w>",
+                             continuing_subword_prefix="##"), lines,
+                  P.Sequence([P.WhitespaceSplit(), P.Punctuation()]), dec=D.BPEDecoder("</w>"),
+                  end_of_word_suffix="</w>", continuing_subword_prefix="##")
+
+
+_GAPPY_REGEX = r"\p{L}+|\p{N}"          # leaves spaces and punctuation as gaps
+
+
+def _bytelevel_regex(lines):
+    """Byte-level with a custom Split regex (not one of ours): a plain regex split."""
+    return _train(models.BPE(), lines,
+                  P.Sequence([P.Split(Regex(_GAPPY_REGEX), "isolated"),
+                              P.ByteLevel(add_prefix_space=False, use_regex=False)]),
+                  dec=D.ByteLevel(), initial_alphabet=P.ByteLevel.alphabet())
+
+
+def _bytelevel_prefix(lines):
+    """RoBERTa-style byte-level with add_prefix_space=True and a Digits step."""
+    return _train(models.BPE(), lines,
+                  P.Sequence([P.Digits(True), P.ByteLevel(add_prefix_space=True)]),
+                  dec=D.ByteLevel(), initial_alphabet=P.ByteLevel.alphabet())
+
+
+BUILDERS = {"whitespace": _whitespace, "llama": _llama, "metaspace": _metaspace,
+            "suffix": _suffix, "bytelevel-regex": _bytelevel_regex,
+            "bytelevel-prefix": _bytelevel_prefix}
+
+
+def _read(p):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return read_hf_tokenizer_json(p)
+
+
+def _hf_vocab(p):
+    return json.loads(p.read_text("utf-8"))["model"]["vocab"]
+
+
+def _hf_added(p):
+    return json.loads(p.read_text("utf-8"))["added_tokens"]
+
+
+# ---- what the reader returns ------------------------------------------------------------
+
+def test_read_whitespace(built):
+    p = built("whitespace")
+    r = _read(p)
+    added = {t["content"]: t["id"] for t in _hf_added(p)}
+    assert r["special"] == added and "hello there" in added
+    assert r["added_non_special"] == ["hello there"]
+    assert r["byte_level"] is False and r["pattern"] is None
+    assert r["vocab"] == {i: s.encode("utf-8") for s, i in _hf_vocab(p).items()
+                          if s not in added}
+    raw_merges = json.loads(p.read_text("utf-8"))["model"]["merges"]
+    assert r["merges"] == [(a.encode(), b.encode()) for a, b in raw_merges]
+    assert r["options"] == {"unk_token": "<unk>", "byte_level": False,
+                            "pre_tokenizer": C.Whitespace()}
+    assert r["warnings"] == [] and r["ignore_merges"] is False
+
+
+def test_read_llama(built):
+    p = built("llama")
+    with pytest.warns(UserWarning, match="TemplateProcessing is ignored"):
+        load_or_refusal(p)
+    r = _read(p)
+    assert r["byte_level"] is False
+    assert r["vocab"][max(r["vocab"])] == b"<0xFF>"
+    o = r["options"]
+    assert o["unk_token"] == "<unk>" and o["byte_fallback"] is True and o["fuse_unk"] is True
+    assert o["pre_tokenizer"].pre_tokenize_str("a b") == [("a b", (0, 3))]   # no splitting
+    assert o["normalizer"] == C.NormalizerSequence([C.Prepend("\u2581"),
+                                                    C.Replace(" ", "\u2581")])
+    assert o["decoder"].decode(["\u2581Hi", "<0xC3>", "<0xA9>", "\u2581x"]) == "Hi\u00e9 x"
+    assert any("TemplateProcessing is ignored" in w for w in r["warnings"])
+    assert r["post_processor"]["type"] == "TemplateProcessing"
+
+
+def test_read_metaspace_and_suffix(built):
+    r = _read(built("metaspace"))
+    assert r["options"]["pre_tokenizer"] == C.Metaspace(prepend_scheme="first")
+    assert r["options"]["decoder"] == C.MetaspaceDecoder(prepend_scheme="first")
+    assert "unk_token" not in r["options"]
+    r = _read(built("suffix"))
+    o = r["options"]
+    assert o["end_of_word_suffix"] == "</w>" and o["continuing_subword_prefix"] == "##"
+    assert any(b.endswith(b"</w>") for b in r["vocab"].values())
+
+
+def test_read_bytelevel_custom_regex(built):
+    """A byte-level Split regex that is not ours: a plain pattern, no new options."""
+    p = built("bytelevel-regex")
+    r = _read(p)
+    assert r["byte_level"] is True and r["pattern"] == _GAPPY_REGEX and r["options"] == {}
+    ids = {s: i for s, i in _hf_vocab(p).items()}
+    assert r["vocab"] == {i: formats.token_str_to_bytes(s, "t") for s, i in ids.items()
+                          if s not in SPECIALS}
+
+
+def test_read_bytelevel_prefix_space(built):
+    """ByteLevel(add_prefix_space=True) after Digits: handed over as a pre-tokenizer whose
+    pieces are raw text (the Tokenizer maps bytes), splitting exactly as HF's."""
+    r = _read(built("bytelevel-prefix"))
+    assert r["byte_level"] is True and r["pattern"] is None
+    pre = r["options"]["pre_tokenizer"]
+    assert isinstance(pre, C.TextPieces) and "byte_level" not in r["options"]
+    hf = P.Sequence([P.Digits(True), P.ByteLevel(add_prefix_space=True)])
+    for t in ["Hello 123 w\u00f6rld", " x", read_corpus("web", 20_000)]:
+        ours = pre.pre_tokenize_str(t)
+        theirs = hf.pre_tokenize_str(t)
+        assert [o for _, o in ours] == [o for _, o in theirs]
+        assert [formats.bytes_to_token_str(s.encode()) for s, _ in ours] == \
+            [s for s, _ in theirs]
+
+
+def test_builtin_patterns_recognised(tmp_path):
+    """A tokenizer.json without our "bpe_cffi" key but with our Split regex (as HF-side
+    tools keep it) loads with the built-in C pattern; so does HF's ByteLevel(use_regex)."""
+    base = {i: bytes([i]) for i in range(256)} | {256: b"ab"}
+    for name in ("cl100k", "o200k", "gpt2"):
+        tok = Tokenizer(base, [(b"a", b"b")], ["<|endoftext|>"], pattern=name)
+        p = tmp_path / f"{name}.json"
+        tok.save(p)
+        doc = json.loads(p.read_text("utf-8"))
+        del doc["model"]["bpe_cffi"]
+        p.write_text(json.dumps(doc), "utf-8")
+        r = read_hf_tokenizer_json(p)
+        assert r["pattern"] == name and r["options"] == {} and r["byte_level"] is True
+        back = load(p)
+        assert back.pattern == name
+        assert back.encode("ab abc<|endoftext|>") == tok.encode("ab abc<|endoftext|>")
+    doc["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False,
+                            "trim_offsets": True, "use_regex": True}
+    p.write_text(json.dumps(doc), "utf-8")
+    assert read_hf_tokenizer_json(p)["pattern"] == "gpt2"
+    # the older cl100k regex found in hub files is not ours (it splits trailing whitespace
+    # after a newline differently), so it stays a regex run in Python
+    doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": OLD_CL100K}, "behavior": "Isolated",
+         "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+         "use_regex": False}]}
+    p.write_text(json.dumps(doc), "utf-8")
+    assert read_hf_tokenizer_json(p)["pattern"] == OLD_CL100K
+    hf = tokenizers.Tokenizer.from_file(str(p))
+    text = "a  \r\n\r\n  b \n " + read_corpus("code", 20_000)
+    assert load(p).encode(text) == hf.encode(text).ids
+
+
+OLD_CL100K = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?"""
+              r"""[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+
+
+def test_merges_in_both_forms(built, tmp_path):
+    p = built("whitespace")
+    doc = json.loads(p.read_text("utf-8"))
+    assert all(isinstance(m, list) for m in doc["model"]["merges"])
+    doc["model"]["merges"] = [" ".join(m) for m in doc["model"]["merges"]]
+    q = tmp_path / "strings.json"
+    q.write_text(json.dumps(doc), "utf-8")
+    assert _read(q)["merges"] == _read(p)["merges"]
+    assert tokenizers.Tokenizer.from_file(str(q)).encode("hello world").ids == \
+        tokenizers.Tokenizer.from_file(str(p)).encode("hello world").ids
+
+
+# ---- refusals -------------------------------------------------------------------------------
+
+def _mutated(p, tmp_path, change, name="bad.json"):
+    doc = json.loads(p.read_text("utf-8"))
+    change(doc)
+    q = tmp_path / name
+    q.write_text(json.dumps(doc), "utf-8")
+    return q
+
+
+def _set(path, value):
+    def change(doc):
+        d = doc
+        for k in path[:-1]:
+            d = d[k]
+        d[path[-1]] = value
+    return change
+
+
+REFUSALS = [
+    ("normalizer", {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
+                    "strip_accents": None, "lowercase": True},
+     "normalizer BertNormalizer is not supported"),
+    ("pre_tokenizer", {"type": "BertPreTokenizer"}, "pre_tokenizer BertPreTokenizer"),
+    ("pre_tokenizer", {"type": "Sequence", "pretokenizers": [
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+         "use_regex": False}, {"type": "Digits", "individual_digits": True}]},
+     "ByteLevel followed by Digits"),
+    ("decoder", {"type": "CTC", "pad_token": "<pad>", "word_delimiter_token": "|",
+                 "cleanup": True}, "decoder CTC is not supported"),
+    ("post_processor", {"type": "Mystery"}, "post_processor Mystery is not supported"),
+    ("chat_template", "{{ x }}", r"unknown top-level field\(s\) \['chat_template'\]"),
+]
+
+
+@pytest.mark.parametrize("key, value, match", REFUSALS, ids=[r[2][:30] for r in REFUSALS])
+def test_refusals_name_the_part(built, tmp_path, key, value, match):
+    q = _mutated(built("whitespace"), tmp_path, _set([key], value))
+    with pytest.raises(ValueError, match=match) as exc:
+        read_hf_tokenizer_json(q)
+    assert "bad.json" in str(exc.value)
+    with pytest.raises(ValueError, match=match):
+        load(q)
+
+
+@pytest.mark.parametrize("flag, value, match", [
+    ("lstrip", True, r"added_tokens\[0\] \('<unk>'\) has lstrip=true"),
+    ("single_word", True, "single_word=true"),
+    ("extra", 1, r"unknown field\(s\) \['extra'\]"),
+])
+def test_added_token_refusals(built, tmp_path, flag, value, match):
+    q = _mutated(built("whitespace"), tmp_path, lambda d: d["added_tokens"][0].update(
+        {flag: value}))
+    with pytest.raises(ValueError, match=match):
+        read_hf_tokenizer_json(q)
+
+
+def test_normalized_added_token_with_normalizer_refused(built, tmp_path):
+    def change(d):
+        d["normalizer"] = {"type": "Lowercase"}
+        d["added_tokens"][0]["normalized"] = True
+    q = _mutated(built("whitespace"), tmp_path, change)
+    with pytest.raises(ValueError, match="normalized=true with a normalizer"):
+        read_hf_tokenizer_json(q)
+
+
+def test_added_token_id_clashes_refused(built, tmp_path):
+    p = built("whitespace")
+    vocab = _hf_vocab(p)
+    added = {t["content"] for t in _hf_added(p)}
+    some, some_id = next((s, i) for s, i in vocab.items() if len(s) > 2 and s not in added)
+    q = _mutated(p, tmp_path, lambda d: d["added_tokens"].append(
+        {"id": some_id, "content": "<new>", "single_word": False, "lstrip": False,
+         "rstrip": False, "normalized": False, "special": True}))
+    with pytest.raises(ValueError, match=rf"added token '<new>' has id {some_id}, which is "
+                                         rf"the model's token"):
+        read_hf_tokenizer_json(q)
+    q = _mutated(p, tmp_path, lambda d: d["added_tokens"].append(
+        {"id": 99999, "content": some, "single_word": False, "lstrip": False,
+         "rstrip": False, "normalized": False, "special": True}))
+    with pytest.raises(ValueError, match=rf"\(id 99999\) is also the model's token {some_id}"):
+        read_hf_tokenizer_json(q)
+
+
+def test_wordpiece_and_unigram_models_refused(tmp_path):
+    t = tokenizers.Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1, "##b": 2},
+                                              unk_token="[UNK]"))
+    t.normalizer = N.BertNormalizer()
+    p = tmp_path / "wp.json"
+    t.save(str(p))
+    with pytest.raises(ValueError, match=r"wp.json: model type 'WordPiece' is not BPE"):
+        read_hf_tokenizer_json(p)
+    with pytest.raises(ValueError, match="WordPiece"):
+        load(p)
+    t = tokenizers.Tokenizer(models.Unigram([("<unk>", 0.0), ("a", -1.0)], 0))
+    p = tmp_path / "uni.json"
+    t.save(str(p))
+    with pytest.raises(ValueError, match="model type 'Unigram' is not BPE"):
+        load(p)
+
+
+def test_unknown_model_field_and_bad_options(built, tmp_path):
+    p = built("whitespace")
+    for change, match in [
+            (_set(["model", "sparkle"], True), r"unknown model field\(s\) \['sparkle'\]"),
+            (_set(["model", "dropout"], 2.0), "dropout must be a number in"),
+            (_set(["model", "byte_fallback"], "yes"), "byte_fallback must be true or false"),
+            (_set(["model", "merges"], [["a", "b", "c"]]), r"merges\[0\] must be two tokens"),
+            (_set(["model", "vocab"], {"": 5}), "the empty string is not a token"),
+            (_set(["pre_tokenizer"], {"type": "Split", "behavior": "Isolated", "invert": False,
+                                      "pattern": {"Regex": r"\d{1,3}+"}}), r"X\{m,n\}\+")]:
+        with pytest.raises(ValueError, match=match):
+            read_hf_tokenizer_json(_mutated(p, tmp_path, change))
+
+
+def test_truncation_padding_warn(built, tmp_path):
+    def change(d):
+        d["truncation"] = {"direction": "Right", "max_length": 8, "strategy": "LongestFirst",
+                           "stride": 0}
+    r = read_hf_tokenizer_json(_mutated(built("bytelevel-regex"), tmp_path, change))
+    assert r["warnings"] == ["truncation is ignored: bpe_cffi encodes the whole text and "
+                             "does not pad"]
+
+
+# ---- loading ---------------------------------------------------------------------------------
+
+def load_or_refusal(p):
+    """load(p), or None when this Tokenizer lacks the file's options (checked to be the
+    clear refusal)."""
+    if HAS_MODEL_OPTIONS:
+        return load(p)
+    with pytest.raises(ValueError, match=r"(is|are) not supported by this version of "
+                                         r"Tokenizer"):
+        load(p)
+    return None
+
+
+@pytest.mark.skipif(HAS_MODEL_OPTIONS, reason="Tokenizer has the model options")
+@pytest.mark.parametrize("name, option", [("whitespace", "byte_level=False"),
+                                          ("llama", "byte_fallback=True"),
+                                          ("bytelevel-prefix", "pre_tokenizer=TextPieces")])
+def test_load_refuses_missing_options_clearly(built, name, option):
+    p = built(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match=rf"{p.name}: options? .*{option}.* not supported by "
+                                             rf"this version of Tokenizer"):
+            load(p)
+
+
+def test_check_options_reads_the_signature():
+    class Old:
+        def __init__(self, vocab, merges, special_tokens=None, *, pattern="gpt2"):
+            pass
+
+    class New(Old):
+        def __init__(self, vocab, merges, special_tokens=None, *, pattern="gpt2",
+                     byte_level=True, pre_tokenizer=None):
+            pass
+    with pytest.raises(ValueError, match=r"f.json: option byte_level=False is not supported"):
+        hf_import.check_options_supported(Old, {"byte_level": False}, "f.json")
+    hf_import.check_options_supported(New, {"byte_level": False,
+                                            "pre_tokenizer": C.Whitespace()}, "f.json")
+
+
+def _parity_texts():
+    texts = [read_corpus(c, PARITY_BYTES) for c in CORPORA]
+    texts += ["", " ", "Hello world", "  two  spaces ", "x<s>y</s> z <unk>", "123 4567",
+              "\u00e9\u0301 \U0001F44D\U0001F3FD", "a\r\nb\n\n", "hello there, hello there"]
+    return texts
+
+
+def _assert_parity(tok, hf, texts):
+    for t in texts:
+        ours = tok.encode(t)
+        theirs = hf.encode(t, add_special_tokens=False).ids
+        if ours != theirs:
+            k = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b),
+                     min(len(ours), len(theirs)))
+            pytest.fail(f"encode differs on {t[:40]!r} at token {k}: ours "
+                        f"{ours[k:k + 5]} HF {theirs[k:k + 5]}")
+        ids = theirs[:3000]
+        assert tok.decode(ids) == hf.decode(ids, skip_special_tokens=False), t[:40]
+
+
+def test_bytelevel_custom_regex_encodes_like_hf(built):
+    """Runs today: a byte-level custom regex needs no new Tokenizer option."""
+    p = built("bytelevel-regex")
+    tok = load(p)
+    assert tok.pattern == _GAPPY_REGEX
+    _assert_parity(tok, tokenizers.Tokenizer.from_file(str(p)), _parity_texts())
+
+
+@needs_model_options
+@pytest.mark.parametrize("name", ["whitespace", "llama", "metaspace", "suffix",
+                                  "bytelevel-prefix"])
+def test_model_options_encode_like_hf(built, name):
+    p = built(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tok = load(p)
+    _assert_parity(tok, tokenizers.Tokenizer.from_file(str(p)), _parity_texts())
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_reader_output_reproduces_hf_ids(built, name):
+    """A slow Python pipeline fed only the reader's output gives HF's ids: the vocabulary,
+    merges, added tokens, options and components carry everything (runs before the C core
+    has the model options)."""
+    from hf_pipeline_ref import ReferencePipeline
+    p = built(name)
+    ref = ReferencePipeline(_read(p))
+    hf = tokenizers.Tokenizer.from_file(str(p))
+    texts = [t[:REF_CHARS] for t in _parity_texts()]
+    for t in texts:
+        ours, theirs = ref.encode(t), hf.encode(t, add_special_tokens=False).ids
+        assert ours == theirs, f"{name} on {t[:40]!r}"
+
+
+REF_CHARS = 200_000 if LONG else 12_000
+
+
+def test_load_hands_options_to_tokenizer(built, monkeypatch):
+    """The wiring `load` uses once Tokenizer takes the model options, checked with a stand-in
+    that records its arguments: the whole vocabulary with added tokens at their ids, the
+    merges, the added tokens, the options, and the pattern when the file has a plain one."""
+    import bpe_cffi.tokenizer as tokmod
+    calls = []
+
+    class Recorder:
+        def __init__(self, vocab, merges, special_tokens=None, **kw):
+            calls.append((vocab, merges, special_tokens, kw))
+
+    monkeypatch.setattr(tokmod, "Tokenizer", Recorder)
+    for name in ("whitespace", "llama", "bytelevel-prefix", "suffix"):
+        p = built(name)
+        r = _read(p)
+        calls.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert isinstance(load(p), Recorder)
+        (vocab, merges, special, kw), = calls
+        assert vocab == r["vocab"] | {i: s.encode() for s, i in r["special"].items()}
+        assert merges == r["merges"] and special == list(r["special"])
+        assert kw.pop("ignore_merges") is r["ignore_merges"]
+        assert "pattern" not in kw                 # the pre_tokenizer option splits
+        assert kw == r["options"]
+    # a user pattern replaces the file's pre-tokenizer
+    calls.clear()
+    load(built("whitespace"), pattern="gpt2")
+    kw = calls[0][3]
+    assert kw["pattern"] == "gpt2" and "pre_tokenizer" not in kw and kw["byte_level"] is False
