@@ -138,9 +138,10 @@ def _json_key_lines(text: str, keys) -> dict:
 
 # ---- GPT-2 vocab.json + merges.txt ----------------------------------------------------
 
-def vocab_from_token_strings(mapping, path, text=None) -> dict:
-    """{token string: id} (byte-level alphabet) -> {id: bytes}, checked.  `text` (the file's
-    text) is used to give the line of a bad entry."""
+def vocab_from_token_strings(mapping, path, text=None, byte_level: bool = True) -> dict:
+    """{token string: id} (byte-level alphabet; with byte_level=False plain text, taken as
+    its UTF-8) -> {id: bytes}, checked.  `text` (the file's text) is used to give the line of
+    a bad entry."""
     path = os.fspath(path)
     if isinstance(mapping, _Pairs):  # a JSON object as its pairs: duplicates still visible
         pairs = mapping
@@ -166,7 +167,7 @@ def vocab_from_token_strings(mapping, path, text=None) -> dict:
         seen_str.add(s)
         if type(i) is not int or not 0 <= i < 2 ** 32 - 1:
             fail(s, f"id {i!r} is not an integer in 0 .. 2**32-2")
-        b = token_str_to_bytes(s, path)
+        b = token_str_to_bytes(s, path) if byte_level else s.encode("utf-8", "surrogatepass")
         if not b:
             fail(s, "the empty string is not a token")
         if i in vocab:
@@ -178,16 +179,16 @@ def vocab_from_token_strings(mapping, path, text=None) -> dict:
     return vocab
 
 
-def read_gpt2_vocab(path) -> dict:
-    """vocab.json -> {id: bytes}."""
+def read_gpt2_vocab(path, byte_level: bool = True) -> dict:
+    """vocab.json -> {id: bytes} (byte_level=False: token strings are plain text)."""
     text = _read_text(path)
     pairs = _parse_json(text, path, object_pairs_hook=_pairs_top)
-    return vocab_from_token_strings(pairs, path, text)
+    return vocab_from_token_strings(pairs, path, text, byte_level)
 
 
-def read_gpt2_merges(path, with_lines: bool = False):
+def read_gpt2_merges(path, with_lines: bool = False, byte_level: bool = True):
     """merges.txt -> [(left bytes, right bytes)] in rank order (and, with with_lines, the
-    line number of each merge)."""
+    line number of each merge).  byte_level=False: token strings are plain text."""
     path = os.fspath(path)
     merges = []
     lines = []
@@ -203,23 +204,25 @@ def read_gpt2_merges(path, with_lines: bool = False):
             raise ValueError(f"{path}:{lineno}: a merge line must be two tokens separated by "
                              f"one space, found {line!r}")
         a, b = parts
-        if a not in cache:
-            cache[a] = token_str_to_bytes(a, f"{path}:{lineno}")
-        if b not in cache:
-            cache[b] = token_str_to_bytes(b, f"{path}:{lineno}")
+        for s in (a, b):
+            if s not in cache:
+                cache[s] = token_str_to_bytes(s, f"{path}:{lineno}") if byte_level else \
+                    s.encode("utf-8")
         merges.append((cache[a], cache[b]))
         lines.append(lineno)
     return (merges, lines) if with_lines else merges
 
 
 def check_merges(vocab: dict, merges, where: str = "merges",
-                 line_of=lambda i: None) -> list:
+                 line_of=lambda i: None, cut: int = 0) -> list:
     """[(left bytes, right bytes)] -> [(left id, right id)], checking that both parts and
-    their concatenation are tokens.  `line_of(i)` gives the file line of merge i, if any."""
+    their concatenation are tokens.  `line_of(i)` gives the file line of merge i, if any.
+    cut: bytes of a continuing-subword prefix, cut from the right part before concatenating
+    (HF's rule)."""
     ids = {b: i for i, b in vocab.items()}
     try:                                   # fast path: all well formed
         out = [(ids[a], ids[b]) for a, b in merges]
-        if all(a + b in ids for a, b in merges):
+        if all(a + b[cut:] in ids and len(b) >= cut for a, b in merges):
             return out
     except (KeyError, TypeError, ValueError):
         pass
@@ -236,9 +239,12 @@ def check_merges(vocab: dict, merges, where: str = "merges",
         for part in (a, b):
             if part not in ids:
                 raise ValueError(f"{prefix}: merge part {part!r} is not in the vocabulary")
-        if a + b not in ids:
-            raise ValueError(f"{prefix}: the result {a + b!r} of merging {a!r} and {b!r} is "
-                             f"not in the vocabulary")
+        if len(b) < cut:
+            raise ValueError(f"{prefix}: the right part {b!r} is shorter than the "
+                             f"continuing-subword prefix")
+        if a + b[cut:] not in ids:
+            raise ValueError(f"{prefix}: the result {a + b[cut:]!r} of merging {a!r} and "
+                             f"{b!r} is not in the vocabulary")
         out.append((ids[a], ids[b]))
     return out
 

@@ -20,6 +20,7 @@
 
 #include "encode.h"
 #include "merge.h"
+#include "model.h"
 #include "pretok.h"
 #include "special.h"
 #include "tokenizer.h"
@@ -63,6 +64,8 @@ static int encode_piece(const bpe_tokenizer *tok, bpe_slot *s, const uint8_t *p,
     uint64_t h = 0;
     size_t k;
     int rc, hashed = 0;
+    if (tok->model != NULL)
+        return bpe_model_piece(tok, s, p, n, out);   /* model options: model.c */
     if ((rc = bpe_ids_reserve(out, n)) != BPE_OK)
         return rc;
     dst = out->ids + out->len;
@@ -194,6 +197,7 @@ int bpe_encode_work(const bpe_tokenizer *tok, bpe_work *w, const uint8_t *text, 
     if ((rc = bpe_check_mode(tok, special_mode)) != BPE_OK ||
         (rc = masks_init(&m, tok, special_mode)) != BPE_OK)
         return rc;
+    bpe_model_begin_call(tok, w->slot);
     rc = encode_masked(tok, w->slot, text, len, &m, out, info, cancel);
     masks_free(&m);
     if (rc != BPE_OK)
@@ -281,6 +285,7 @@ int bpe_encode_pieces(const bpe_tokenizer *tok, const uint8_t *text,
     old = out->len;
     prev = 0;
     bpe_work_open(tok, &w);
+    bpe_model_begin_call(tok, w.slot);
     for (i = 0; i < n_pieces && rc == BPE_OK; i++) {
         if (piece_ends[i] > prev)
             rc = encode_piece(tok, w.slot, text + prev, piece_ends[i] - prev, out);
