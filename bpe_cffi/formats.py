@@ -356,13 +356,15 @@ def synthesize_merges(vocab: dict) -> list:
 # ---- HuggingFace tokenizer.json ----------------------------------------------------------
 
 def hf_json(vocab: dict, merges, special: dict, pattern_regex: str, rule: str,
-            pattern_name) -> dict:
+            pattern_name, byte_level: bool = True) -> dict:
     """The tokenizer.json document for an ordinary vocab {id: bytes}, merges [(bytes, bytes)],
-    special tokens {str: id}."""
+    special tokens {str: id}.  byte_level=False: tokens are written as their text, and
+    neither the pre-tokenizer nor the decoder is ByteLevel."""
     added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True}
              for s, i in sorted(special.items(), key=lambda kv: kv[1])]
-    model_vocab = {bytes_to_token_str(b): i for i, b in sorted(vocab.items())}
+    tok_str = bytes_to_token_str if byte_level else (lambda b: b.decode("utf-8"))
+    model_vocab = {tok_str(b): i for i, b in sorted(vocab.items())}
     for s, i in special.items():
         # HF gives an added token the id of the model token with the same string, and
         # otherwise the next free id: list them in the model vocab to keep our ids.
@@ -371,24 +373,20 @@ def hf_json(vocab: dict, merges, special: dict, pattern_regex: str, rule: str,
                              f"token {model_vocab[s]} in the byte-level alphabet; HF's "
                              f"tokenizer.json cannot hold both")
         model_vocab[s] = i
+    split = {"type": "Split", "pattern": {"Regex": onig_regex(pattern_regex)},
+             "behavior": "Isolated", "invert": False}
+    byte_level_step = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                       "use_regex": False}
     return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
         "added_tokens": added,
         "normalizer": None,
-        "pre_tokenizer": {
-            "type": "Sequence",
-            "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": onig_regex(pattern_regex)},
-                 "behavior": "Isolated", "invert": False},
-                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-                 "use_regex": False},
-            ],
-        },
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [split, byte_level_step]}
+        if byte_level else split,
         "post_processor": None,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-                    "use_regex": False},
+        "decoder": dict(byte_level_step) if byte_level else None,
         "model": {
             "type": "BPE",
             "dropout": None,
@@ -399,7 +397,7 @@ def hf_json(vocab: dict, merges, special: dict, pattern_regex: str, rule: str,
             "byte_fallback": False,
             "ignore_merges": True,
             "vocab": model_vocab,
-            "merges": [[bytes_to_token_str(a), bytes_to_token_str(b)] for a, b in merges],
+            "merges": [[tok_str(a), tok_str(b)] for a, b in merges],
             # ours; HF ignores unknown keys inside "model" (but rejects them at top level)
             "bpe_cffi": {
                 "format": 1,
@@ -460,7 +458,11 @@ def read_hf(path, doc=None, text=None) -> dict:
     model = doc["model"]
     if model.get("type", "BPE") != "BPE":
         raise ValueError(f"{path}: model type {model.get('type')!r} is not BPE")
-    if model.get("byte_fallback"):
+    ours = model.get("bpe_cffi") if isinstance(model.get("bpe_cffi"), dict) else {}
+    byte_level = ours.get("byte_level", True)
+    if not isinstance(byte_level, bool):
+        raise ValueError(f"{path}: bpe_cffi.byte_level must be true or false")
+    if model.get("byte_fallback") and "byte_level" not in ours:
         raise ValueError(f"{path}: byte_fallback BPE models are not byte-level; unsupported")
     raw_vocab = model.get("vocab")
     if not isinstance(raw_vocab, dict):
@@ -475,7 +477,10 @@ def read_hf(path, doc=None, text=None) -> dict:
         special[t["content"]] = _check_id(t.get("id"), f"{path}: added_tokens[{k}]")
     # added tokens may also appear in model.vocab, as raw strings; drop them there.
     raw_vocab = {s: i for s, i in raw_vocab.items() if not (s in special and special[s] == i)}
-    vocab = vocab_from_token_strings(raw_vocab, path, text)
+    vocab = vocab_from_token_strings(raw_vocab, path, text, byte_level)
+
+    def token_bytes(s, where):
+        return token_str_to_bytes(s, where) if byte_level else s.encode("utf-8")
     merges = []
     for k, m in enumerate(raw_merges):
         if isinstance(m, str):
@@ -486,9 +491,8 @@ def read_hf(path, doc=None, text=None) -> dict:
             parts = None
         if not parts or len(parts) != 2 or not all(isinstance(p, str) and p for p in parts):
             raise ValueError(f"{path}: model.merges[{k}] must be two tokens, found {m!r}")
-        merges.append((token_str_to_bytes(parts[0], f"{path}: model.merges[{k}]"),
-                       token_str_to_bytes(parts[1], f"{path}: model.merges[{k}]")))
-    ours = model.get("bpe_cffi") if isinstance(model.get("bpe_cffi"), dict) else {}
+        merges.append((token_bytes(parts[0], f"{path}: model.merges[{k}]"),
+                       token_bytes(parts[1], f"{path}: model.merges[{k}]")))
     rule = ours.get("rule", RULE_MERGES)
     if rule not in (RULE_MERGES, RULE_TIKTOKEN):
         raise ValueError(f"{path}: bpe_cffi.rule {rule!r} is neither 'merges' nor 'tiktoken'")
@@ -500,8 +504,25 @@ def read_hf(path, doc=None, text=None) -> dict:
                              f"how to split text")
     if not isinstance(pattern, str):
         raise ValueError(f"{path}: bpe_cffi.pattern must be a string")
+    options = {"byte_level": byte_level}
+    if ours.get("seed") is not None:
+        options["seed"] = ours["seed"]
+    for key, kind in (("dropout", (int, float)), ("unk_token", str), ("fuse_unk", bool),
+                      ("byte_fallback", bool), ("continuing_subword_prefix", str),
+                      ("end_of_word_suffix", str)):
+        value = model.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
+            raise ValueError(f"{path}: model.{key} has the wrong type ({value!r})")
+        options[key] = value
+    if options.get("unk_token") is not None and options["unk_token"] not in raw_vocab and \
+            options["unk_token"] in special:
+        # an unk_token listed only among the added tokens: make it an ordinary token too
+        vocab[special[options["unk_token"]]] = token_bytes(options["unk_token"], path)
     return {"vocab": vocab, "merges": merges, "special": special, "rule": rule,
-            "pattern": pattern, "ignore_merges": bool(model.get("ignore_merges", False))}
+            "pattern": pattern, "ignore_merges": bool(model.get("ignore_merges", False)),
+            "options": options}
 
 
 # ---- writing files safely -------------------------------------------------------------

@@ -1164,14 +1164,51 @@ class Tokenizer:
         `tokenizers.Tokenizer.from_file`, and by `load`, which restores it exactly),
         atomically."""
         merges = self.merges
+        o = self._opts
         doc = formats.hf_json(self._vocab, merges, self._special, self._pattern_regex,
-                              self._rule, self._pattern_name)
-        doc["model"]["ignore_merges"] = self._ignore_merges
+                              self._rule, self._pattern_name, byte_level=o["byte_level"])
+        model = doc["model"]
+        model["ignore_merges"] = self._ignore_merges
+        model["dropout"] = o["dropout"]
+        model["fuse_unk"] = o["fuse_unk"]
+        model["byte_fallback"] = o["byte_fallback"]
+        for key in ("unk_token", "continuing_subword_prefix", "end_of_word_suffix"):
+            v = o[key]
+            if isinstance(v, bytes):      # given as token bytes: written as a token string
+                v = (formats.bytes_to_token_str(v) if o["byte_level"]
+                     else v.decode("utf-8", "replace"))
+            model[key] = v
+        model["bpe_cffi"]["byte_level"] = o["byte_level"]
+        if o["seed"] is not None:
+            model["bpe_cffi"]["seed"] = o["seed"]
+        for name in ("normalizer", "pre_tokenizer", "decoder"):
+            obj = self._components[name]
+            if obj is not None:
+                doc[name] = _component_json(obj, name)
+        if self._pre_tokenizer is not None:
+            del model["bpe_cffi"]["pattern"]   # the pattern is not what splits the text
         formats.write_hf(path, doc)
 
     def save_gpt2(self, vocab_path, merges_path) -> None:
         """Write GPT-2 style vocab.json + merges.txt (special tokens included in vocab.json)."""
         formats.write_gpt2(self.vocab, self.merges, vocab_path, merges_path)
+
+
+def _component_json(obj, name: str):
+    """The tokenizer.json section of a pipeline component: its HF serialisation (HF's objects
+    pickle as their JSON), else ValueError."""
+    import json
+    state = None
+    try:
+        state = obj.__getstate__()
+        if isinstance(state, (bytes, str)):
+            return json.loads(state)
+    except (AttributeError, TypeError, ValueError):
+        pass
+    if isinstance(state, dict) and isinstance(state.get("type"), str):
+        return state
+    raise ValueError(f"save: the {name} {type(obj).__name__} cannot be written to "
+                     f"tokenizer.json (it does not serialise as HF's objects do)")
 
 
 def _strerror(rc) -> str:
@@ -1218,13 +1255,18 @@ def load(path, *, pattern: str = None, special_tokens=None, **kw) -> Tokenizer:
             raise ValueError("load: a tokenizer.json names its own special tokens; do not pass "
                              "special_tokens")
         kw.setdefault("ignore_merges", parts["ignore_merges"])
+        for key, value in parts["options"].items():
+            kw.setdefault(key, value)
         if parts["rule"] == formats.RULE_TIKTOKEN:
             tok = Tokenizer._from_parts(formats.RULE_TIKTOKEN, parts["vocab"], [], special,
                                         parts["pattern"], **kw)
             tok._synth = parts["merges"]     # the merges we synthesized when saving it
             return tok
         vocab = parts["vocab"]
-        formats.check_merges(vocab, parts["merges"], p)
+        cut = kw.get("continuing_subword_prefix")
+        cut = len(_option_bytes(cut, kw.get("byte_level", True), "continuing_subword_prefix")) \
+            if isinstance(cut, (str, bytes)) else 0
+        formats.check_merges(vocab, parts["merges"], p, cut=cut)
         return Tokenizer._from_parts(formats.RULE_MERGES, vocab, parts["merges"], special,
                                      parts["pattern"], **kw)
     if not isinstance(doc, dict) or not all(type(i) is int for i in doc.values()):
