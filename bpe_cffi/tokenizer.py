@@ -177,7 +177,10 @@ class Tokenizer:
         ignore_merges shortcut are bypassed, as in HF.  0 and None: off.
       seed=None: seeds the dropout generators.  Call k of this tokenizer draws from a
         stream seeded by (seed, k), so a tokenizer made with the same seed gives the same
-        ids for the same sequence of single-threaded calls; None: a random seed.
+        ids for the same sequence of single-threaded calls (encode, encode_batch with
+        num_threads=1: one stream per text in order); with more threads, texts / file
+        chunks take streams in the order threads reach them, so ids vary run to run (the
+        distribution does not).  None: a random seed.
       unk_token=None: the token that stands for a character (byte) with no token; None drops
         such characters (as HF does).  ValueError if it is not in the vocabulary.
       fuse_unk=False: consecutive unknown characters become one unk_token.

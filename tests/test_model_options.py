@@ -320,10 +320,10 @@ def test_dropout_distribution_matches_hf():
     an independent random draw, so the mean over N words has standard error sd / sqrt(N):
     with sd <= 1.4 (p = 0.5) and N = 20000 that is <= 0.01, and the difference of the two
     means has SE <= 0.014.  Tolerance 0.07 = 5 SE: a false failure has odds below 1e-6, while
-    mistakes in the semantics move the mean far more (never pushing skipped merges back gives
-    ~3.5 tokens per word at p = 0.5 instead of 2.6; not drawing for stale entries shifts it by
-    ~0.1).  The spread (sd) of the counts is compared with the same tolerance: its SE is about
-    sd / sqrt(2N) times a kurtosis factor, well under 0.02."""
+    a mistake in the semantics moves the mean much further (dropping the skipped merges
+    instead of pushing them back when a merge is applied fails this test: checked by
+    mutation).  The spread (sd) of the counts is compared with the same tolerance: its SE is
+    about sd / sqrt(2N) times a kurtosis factor, well under 0.02."""
     words = [" " + w for w in text_of("en_books", 400_000).split()[:20000]]
     for p in (0.1, 0.5):
         hf = hf_gpt2(dropout=p)
@@ -525,3 +525,51 @@ def test_bad_options_elsewhere():
     with pytest.raises(ValueError, match="shorter than the continuing-subword prefix"):
         bpe_cffi.Tokenizer({0: b"a", 1: b"b", 2: b"ab"}, [(b"a", b"b")],
                            byte_level=False, continuing_subword_prefix="###")
+
+
+# ---- the C API directly ------------------------------------------------------------------------
+
+def _c_spec(**fields):
+    from bpe_cffi._native import ffi, lib
+    keep = [ffi.new("uint8_t[]", b"abab"), ffi.new("size_t[]", [0, 1, 2, 4]),
+            ffi.new("uint32_t[]", [0, 1, 2]), ffi.new("uint32_t[]", [0, 1])]
+    spec = ffi.new("bpe_spec *")
+    spec.rule, spec.pattern = lib.BPE_RULE_MERGES, lib.BPE_PATTERN_EXTERNAL
+    spec.n_tokens, spec.token_bytes, spec.token_offsets, spec.token_ids = 3, keep[0], \
+        keep[1], keep[2]
+    spec.n_merges, spec.merges = 1, keep[3]
+    for k, v in fields.items():
+        setattr(spec, k, v)
+    out = ffi.new("bpe_tokenizer **")
+    return lib.bpe_tokenizer_new(spec, out, ffi.NULL), out, keep
+
+
+@pytest.mark.parametrize("fields", [dict(dropout=1.5), dict(dropout=-0.5),
+                                    dict(dropout=float("nan")), dict(has_unk=1, unk_id=7),
+                                    dict(rule=1, dropout=0.5), dict(subword_prefix_len=2)])
+def test_c_api_rejects_bad_options(fields):
+    from bpe_cffi._native import ffi, lib
+    rc, out, _ = _c_spec(**fields)
+    assert rc == lib.BPE_ERR_ARG and out[0] == ffi.NULL
+
+
+def test_c_api_options_default_off():
+    """A spec with the new fields left zero is the plain byte-level tokenizer; dropout 1
+    leaves the bytes; an unk with char_level maps unknown characters."""
+    from bpe_cffi._native import ffi, lib
+
+    def encode(out, data):
+        ids = ffi.new("bpe_ids *")
+        ends = ffi.new("size_t[]", [len(data)])
+        assert lib.bpe_encode_pieces(out[0], data, ends, 1, ids) == lib.BPE_OK
+        res = ffi.unpack(ids.ids, ids.len)
+        lib.bpe_ids_free(ids)
+        lib.bpe_tokenizer_free(out[0])
+        return res
+
+    rc, out, _ = _c_spec()
+    assert rc == lib.BPE_OK and encode(out, b"abab") == [2, 2]
+    rc, out, _ = _c_spec(dropout=1.0)
+    assert rc == lib.BPE_OK and encode(out, b"abab") == [0, 1, 0, 1]
+    rc, out, _ = _c_spec(char_level=1, has_unk=1, unk_id=2, fuse_unk=1)
+    assert rc == lib.BPE_OK and encode(out, "aé€b".encode()) == [0, 2, 1]   # é€: one unk
