@@ -225,7 +225,9 @@ def small_pair(**opts):
     """(HF, ours) on the small byte-level vocabulary, with ByteLevel pre-tokenization."""
     from bpe_cffi import formats
     vocab, merges = small_byte_level()
-    hf = tokenizers.Tokenizer(models.BPE(vocab, merges, **opts))
+    hf_keys = ("dropout", "unk_token", "fuse_unk", "byte_fallback", "ignore_merges")
+    hf = tokenizers.Tokenizer(models.BPE(vocab, merges,
+                                         **{k: v for k, v in opts.items() if k in hf_keys}))
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     t = formats.token_str_to_bytes
     ours = bpe_cffi.Tokenizer({i: t(s, "vocab") for s, i in vocab.items()},
