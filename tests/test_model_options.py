@@ -274,6 +274,65 @@ def test_byte_level_with_a_pre_tokenizer():
         assert_same(hf, ours, text_of(corpus, 60_000))
 
 
+def trained_byte_level(**affix):
+    """A byte-level vocabulary (GPT-2 alphabet) trained by HF with a prefix or suffix."""
+    key = ("trained-bl", tuple(sorted(affix.items())))
+    if key not in _CACHE:
+        hf = tokenizers.Tokenizer(models.BPE(**affix))
+        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        trainer = trainers.BpeTrainer(vocab_size=1000, show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                      **affix)
+        hf.train_from_iterator([read_corpus("en_books", 200_000),
+                                read_corpus("multilingual", 100_000)], trainer)
+        model = json.loads(hf.to_str())["model"]
+        _CACHE[key] = model["vocab"], [tuple(m) for m in model["merges"]]
+    return _CACHE[key]
+
+
+def byte_level_pair(vocab, merges, **opts):
+    from bpe_cffi import formats
+    hf = tokenizers.Tokenizer(models.BPE(vocab, merges, **opts))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t = formats.token_str_to_bytes
+    ours = bpe_cffi.Tokenizer({i: t(s, "vocab") for s, i in vocab.items()},
+                              [(t(a, "m"), t(b, "m")) for a, b in merges],
+                              ignore_merges=False, **opts)
+    return hf, ours
+
+
+@pytest.mark.parametrize("affix", [{"continuing_subword_prefix": "##"},
+                                   {"end_of_word_suffix": "</w>"}], ids=["prefix", "suffix"])
+def test_byte_level_affixes_match_hf(affix):
+    """Byte-level symbols with a prefix / suffix: the lookup strings are prefix + byte +
+    suffix in the byte alphabet."""
+    vocab, merges = trained_byte_level(**affix)
+    vocab = dict(vocab)
+    vocab.setdefault("<unk>", len(vocab) + 10)
+    hf, ours = byte_level_pair(vocab, merges, unk_token="<unk>", **affix)
+    for corpus in CORPORA:
+        assert_same(hf, ours, text_of(corpus, 40_000))
+
+
+@pytest.mark.parametrize("drop", ["", "C"], ids=["all-bytes", "missing-bytes"])
+def test_byte_level_byte_fallback_matches_hf(drop):
+    """A byte-level vocabulary without the bytes 0x80-0x9F (and every token holding one):
+    HF's byte fallback then emits "<0xNN>" of the UTF-8 of the byte's ALPHABET character
+    (e.g. byte 0x80 is 'Ā' = c4 80), which ours reproduces."""
+    from bpe_cffi import formats
+    vocab, merges = trained_byte_level()
+    gone = {formats.byte_to_unicode()[b] for b in range(0x80, 0xA0)}
+    vocab = {s: i for s, i in vocab.items() if not set(s) & gone}
+    merges = [(a, b) for a, b in merges if a in vocab and b in vocab and a + b in vocab]
+    for b in range(256):
+        if f"{b:02X}"[0] not in drop:
+            vocab.setdefault(f"<0x{b:02X}>", len(vocab) + 2000)
+    hf, ours = byte_level_pair(vocab, merges, byte_fallback=True, unk_token="<0x41>",
+                               fuse_unk=True)
+    for corpus in CORPORA:
+        assert_same(hf, ours, text_of(corpus, 40_000))
+
+
 # ---- normalizer, pre_tokenizer, decoder: a SentencePiece-style vocabulary ------------------------
 
 def test_metaspace_pipeline_matches_hf():
