@@ -8,7 +8,9 @@
  * between is split into pieces by the built-in pre-tokenizer (bpe_pretok_next); (4) each piece
  * goes through the word cache of the call's work slot, then (for ignore_merges) the whole-token
  * lookup, then the merge of merge.c.  The piece's hash is computed once and serves both the
- * cache and the whole-token lookup.
+ * cache and the whole-token lookup.  A tokenizer with HF model options (tok->model != NULL:
+ * character-level symbols, prefix/suffix, unk, byte fallback, dropout) sends every piece to
+ * model.c instead; that test is the only cost the options add to the plain path.
  *
  * Output invariant: ids are appended to a caller-owned bpe_ids that grows geometrically; on any
  * error its length is restored to what it was on entry, so the caller never sees half a
