@@ -140,9 +140,10 @@ def _json_key_lines(text: str, keys) -> dict:
 
 # ---- GPT-2 vocab.json + merges.txt ----------------------------------------------------
 
-def vocab_from_token_strings(mapping, path, text=None) -> dict:
-    """{token string: id} (byte-level alphabet) -> {id: bytes}, checked.  `text` (the file's
-    text) is used to give the line of a bad entry."""
+def vocab_from_token_strings(mapping, path, text=None, byte_level: bool = True) -> dict:
+    """{token string: id} (byte-level alphabet; with byte_level=False plain text, taken as
+    its UTF-8) -> {id: bytes}, checked.  `text` (the file's text) is used to give the line of
+    a bad entry."""
     path = os.fspath(path)
     if isinstance(mapping, _Pairs):  # a JSON object as its pairs: duplicates still visible
         pairs = mapping
@@ -168,7 +169,7 @@ def vocab_from_token_strings(mapping, path, text=None) -> dict:
         seen_str.add(s)
         if type(i) is not int or not 0 <= i < 2 ** 32 - 1:
             fail(s, f"id {i!r} is not an integer in 0 .. 2**32-2")
-        b = token_str_to_bytes(s, path)
+        b = token_str_to_bytes(s, path) if byte_level else s.encode("utf-8", "surrogatepass")
         if not b:
             fail(s, "the empty string is not a token")
         if i in vocab:
@@ -180,16 +181,16 @@ def vocab_from_token_strings(mapping, path, text=None) -> dict:
     return vocab
 
 
-def read_gpt2_vocab(path) -> dict:
-    """vocab.json -> {id: bytes}."""
+def read_gpt2_vocab(path, byte_level: bool = True) -> dict:
+    """vocab.json -> {id: bytes} (byte_level=False: token strings are plain text)."""
     text = _read_text(path)
     pairs = _parse_json(text, path, object_pairs_hook=_pairs_top)
-    return vocab_from_token_strings(pairs, path, text)
+    return vocab_from_token_strings(pairs, path, text, byte_level)
 
 
-def read_gpt2_merges(path, with_lines: bool = False):
+def read_gpt2_merges(path, with_lines: bool = False, byte_level: bool = True):
     """merges.txt -> [(left bytes, right bytes)] in rank order (and, with with_lines, the
-    line number of each merge)."""
+    line number of each merge).  byte_level=False: token strings are plain text."""
     path = os.fspath(path)
     merges = []
     lines = []
@@ -205,23 +206,25 @@ def read_gpt2_merges(path, with_lines: bool = False):
             raise ValueError(f"{path}:{lineno}: a merge line must be two tokens separated by "
                              f"one space, found {line!r}")
         a, b = parts
-        if a not in cache:
-            cache[a] = token_str_to_bytes(a, f"{path}:{lineno}")
-        if b not in cache:
-            cache[b] = token_str_to_bytes(b, f"{path}:{lineno}")
+        for s in (a, b):
+            if s not in cache:
+                cache[s] = token_str_to_bytes(s, f"{path}:{lineno}") if byte_level else \
+                    s.encode("utf-8")
         merges.append((cache[a], cache[b]))
         lines.append(lineno)
     return (merges, lines) if with_lines else merges
 
 
 def check_merges(vocab: dict, merges, where: str = "merges",
-                 line_of=lambda i: None) -> list:
+                 line_of=lambda i: None, cut: int = 0) -> list:
     """[(left bytes, right bytes)] -> [(left id, right id)], checking that both parts and
-    their concatenation are tokens.  `line_of(i)` gives the file line of merge i, if any."""
+    their concatenation are tokens.  `line_of(i)` gives the file line of merge i, if any.
+    cut: bytes of a continuing-subword prefix, cut from the right part before concatenating
+    (HF's rule)."""
     ids = {b: i for i, b in vocab.items()}
     try:                                   # fast path: all well formed
         out = [(ids[a], ids[b]) for a, b in merges]
-        if all(a + b in ids for a, b in merges):
+        if all(a + b[cut:] in ids and len(b) >= cut for a, b in merges):
             return out
     except (KeyError, TypeError, ValueError):
         pass
@@ -238,9 +241,12 @@ def check_merges(vocab: dict, merges, where: str = "merges",
         for part in (a, b):
             if part not in ids:
                 raise ValueError(f"{prefix}: merge part {part!r} is not in the vocabulary")
-        if a + b not in ids:
-            raise ValueError(f"{prefix}: the result {a + b!r} of merging {a!r} and {b!r} is "
-                             f"not in the vocabulary")
+        if len(b) < cut:
+            raise ValueError(f"{prefix}: the right part {b!r} is shorter than the "
+                             f"continuing-subword prefix")
+        if a + b[cut:] not in ids:
+            raise ValueError(f"{prefix}: the result {a + b[cut:]!r} of merging {a!r} and "
+                             f"{b!r} is not in the vocabulary")
         out.append((ids[a], ids[b]))
     return out
 
@@ -352,13 +358,15 @@ def synthesize_merges(vocab: dict) -> list:
 # ---- HuggingFace tokenizer.json ----------------------------------------------------------
 
 def hf_json(vocab: dict, merges, special: dict, pattern_regex: str, rule: str,
-            pattern_name) -> dict:
+            pattern_name, byte_level: bool = True) -> dict:
     """The tokenizer.json document for an ordinary vocab {id: bytes}, merges [(bytes, bytes)],
-    special tokens {str: id}."""
+    special tokens {str: id}.  byte_level=False: tokens are written as their text, and
+    neither the pre-tokenizer nor the decoder is ByteLevel."""
     added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True}
              for s, i in sorted(special.items(), key=lambda kv: kv[1])]
-    model_vocab = {bytes_to_token_str(b): i for i, b in sorted(vocab.items())}
+    tok_str = bytes_to_token_str if byte_level else (lambda b: b.decode("utf-8"))
+    model_vocab = {tok_str(b): i for i, b in sorted(vocab.items())}
     for s, i in special.items():
         # HF gives an added token the id of the model token with the same string, and
         # otherwise the next free id: list them in the model vocab to keep our ids.
@@ -367,24 +375,20 @@ def hf_json(vocab: dict, merges, special: dict, pattern_regex: str, rule: str,
                              f"token {model_vocab[s]} in the byte-level alphabet; HF's "
                              f"tokenizer.json cannot hold both")
         model_vocab[s] = i
+    split = {"type": "Split", "pattern": {"Regex": onig_regex(pattern_regex)},
+             "behavior": "Isolated", "invert": False}
+    byte_level_step = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                       "use_regex": False}
     return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
         "added_tokens": added,
         "normalizer": None,
-        "pre_tokenizer": {
-            "type": "Sequence",
-            "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": onig_regex(pattern_regex)},
-                 "behavior": "Isolated", "invert": False},
-                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-                 "use_regex": False},
-            ],
-        },
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [split, byte_level_step]}
+        if byte_level else split,
         "post_processor": None,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-                    "use_regex": False},
+        "decoder": dict(byte_level_step) if byte_level else None,
         "model": {
             "type": "BPE",
             "dropout": None,
@@ -395,7 +399,7 @@ def hf_json(vocab: dict, merges, special: dict, pattern_regex: str, rule: str,
             "byte_fallback": False,
             "ignore_merges": True,
             "vocab": model_vocab,
-            "merges": [[bytes_to_token_str(a), bytes_to_token_str(b)] for a, b in merges],
+            "merges": [[tok_str(a), tok_str(b)] for a, b in merges],
             # ours; HF ignores unknown keys inside "model" (but rejects them at top level)
             "bpe_cffi": {
                 "format": 1,

@@ -1093,6 +1093,20 @@ class ReplaceDecoder(_Decoder):
         return self._rep.to_json()
 
 
+class SpaceJoin(_Decoder):
+    """What HF does when a tokenizer.json has no decoder: the token strings joined by single
+    spaces.  to_json() is None, so a tokenizer saved with it has no "decoder" again."""
+
+    def decode(self, tokens):
+        return " ".join(_check_tokens(tokens))
+
+    def _chain(self, tokens):
+        return [" ".join(tokens)]
+
+    def to_json(self):
+        return None
+
+
 class DecoderSequence(_Decoder):
     """The decoders' decode_chain applied in turn."""
 

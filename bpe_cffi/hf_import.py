@@ -123,6 +123,12 @@ def read_hf_tokenizer_json(path, doc=None, text=None) -> dict:
         pattern = ours.get("pattern")
         if pattern is not None and not isinstance(pattern, str):
             fail("bpe_cffi.pattern must be a string")
+        seed = ours.get("seed")
+        if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, int):
+                fail(f"bpe_cffi.seed must be an integer, not {seed!r}")
+            if "dropout" in options:      # the seed only matters with dropout
+                options["seed"] = seed
     if pattern is None:
         pattern = _plain_pattern(pre, byte_level)
     if pattern is None:
@@ -135,7 +141,9 @@ def read_hf_tokenizer_json(path, doc=None, text=None) -> dict:
         options["byte_level"] = False
     if normalizer is not None:
         options["normalizer"] = normalizer
-    if decoder is not None and not (byte_level and isinstance(decoder, hc.ByteLevelDecoder)):
+    if decoder is None and not byte_level:
+        options["decoder"] = hc.SpaceJoin()    # HF's decode without a decoder
+    elif decoder is not None and not (byte_level and isinstance(decoder, hc.ByteLevelDecoder)):
         # a byte-level Tokenizer's own decode is the ByteLevel decoder
         options["decoder"] = decoder
     if rule == formats.RULE_TIKTOKEN and options:

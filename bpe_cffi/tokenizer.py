@@ -129,6 +129,59 @@ def _disallowed_error(token: str) -> ValueError:
         f"To disable this check for all special tokens, pass `disallowed_special=()`.\n")
 
 
+_MODEL_DEFAULTS = {"byte_level": True, "dropout": None, "seed": None, "unk_token": None,
+                   "fuse_unk": False, "byte_fallback": False,
+                   "continuing_subword_prefix": None, "end_of_word_suffix": None}
+_COMPONENTS = (("pre_tokenizer", "pre_tokenize_str"), ("normalizer", "normalize_str"),
+               ("decoder", "decode"))
+
+
+def _check_options(opts: dict) -> dict:
+    """The model options (keys of _MODEL_DEFAULTS), checked and normalised; ValueError or
+    TypeError naming the bad one."""
+    unknown = set(opts) - set(_MODEL_DEFAULTS)
+    if unknown:
+        raise TypeError(f"unknown model options {sorted(unknown)}")
+    o = dict(_MODEL_DEFAULTS)
+    o.update(opts)
+    for name in ("byte_level", "fuse_unk", "byte_fallback"):
+        if not isinstance(o[name], bool):
+            raise TypeError(f"{name} must be a bool, not {type(o[name]).__name__}")
+    d = o["dropout"]
+    if d is not None:
+        if isinstance(d, bool) or not isinstance(d, (int, float)):
+            raise TypeError(f"dropout must be a float in [0, 1] or None, not {d!r}")
+        if not 0.0 <= d <= 1.0:
+            raise ValueError(f"dropout must be in [0, 1], not {d!r}")
+        o["dropout"] = float(d)
+    s = o["seed"]
+    if s is not None and (isinstance(s, bool) or not isinstance(s, int)
+                          or not 0 <= s < 2 ** 64):
+        raise ValueError(f"seed must be an int in 0 .. 2**64-1 or None, not {s!r}")
+    for name in ("unk_token", "continuing_subword_prefix", "end_of_word_suffix"):
+        v = o[name]
+        if v is None:
+            continue
+        if isinstance(v, (bytearray, memoryview)):
+            v = o[name] = bytes(v)
+        if not isinstance(v, (str, bytes)):
+            raise TypeError(f"{name} must be a str (as in vocab.json), bytes or None, not "
+                            f"{type(v).__name__}")
+        if not v:
+            raise ValueError(f"{name} must not be empty")
+    return o
+
+
+def _option_bytes(value, byte_level: bool, name: str) -> bytes:
+    """A token-string option as token bytes: a str is written as in vocab.json (the GPT-2
+    byte alphabet for a byte-level vocabulary, plain text otherwise); bytes are taken as is."""
+    if isinstance(value, bytes):
+        return value
+    if byte_level:
+        return formats.token_str_to_bytes(value, name)
+    return value.encode("utf-8")
+
+
 class Tokenizer:
     """A byte-level BPE tokenizer (see the module docstring).
 
@@ -136,12 +189,56 @@ class Tokenizer:
     vocabulary {id: bytes} and a ranked merge list [(bytes, bytes)] (merge rank = list order;
     what a BPE trainer returns).  Special tokens (strings) already in the vocabulary keep their
     id; the others get the next free ids.
+
+    Model options (HuggingFace BPE's, same semantics and ids; applied in C, csrc/model.c):
+      byte_level=True: tokens are byte strings and a piece starts as its bytes (GPT-2 style;
+        vocab.json in the byte-to-unicode alphabet).  False: tokens are text (their UTF-8),
+        a piece starts as its characters (SentencePiece/BERT-style vocabularies, "▁the",
+        "##ing"); vocab.json / merges.txt hold the token text literally.
+      dropout=None: BPE-dropout probability p in [0, 1]; each merge is skipped with
+        probability p (HF's Word::merge_all).  With p > 0 the word cache and the
+        ignore_merges shortcut are bypassed, as in HF.  0 and None: off.
+      seed=None: seeds the dropout generators.  Call k of this tokenizer draws from a
+        stream seeded by (seed, k), so a tokenizer made with the same seed gives the same
+        ids for the same sequence of single-threaded calls (encode, encode_batch with
+        num_threads=1: one stream per text in order); with more threads, texts / file
+        chunks take streams in the order threads reach them, so ids vary run to run (the
+        distribution does not).  None: a random seed.
+      unk_token=None: the token that stands for a character (byte) with no token; None drops
+        such characters (as HF does).  ValueError if it is not in the vocabulary.
+      fuse_unk=False: consecutive unknown characters become one unk_token.
+      byte_fallback=False: a character with no token becomes the tokens "<0xNN>" of its
+        UTF-8 bytes if all exist, else unk_token.
+      continuing_subword_prefix=None ("##"), end_of_word_suffix=None ("</w>"): added to
+        every initial symbol but a piece's first, resp. to its last, before the lookup; a
+        merge (a, b) makes a + b[len(prefix):].
+      A str option is written as in vocab.json (for byte_level, in the byte alphabet);
+      bytes are taken as token bytes.
+    Pipeline components (objects with HF's method protocol; HF's own objects work):
+      normalizer.normalize_str(text) -> str, applied first (special tokens are matched in
+        the raw text before, as HF does for non-normalized added tokens);
+      pre_tokenizer.pre_tokenize_str(text) -> [(piece, (start, end))], replaces `pattern`;
+        pieces are taken as plain text (for byte_level the model does the byte mapping, so
+        do not pass a byte-mapping pre-tokenizer such as HF's ByteLevel);
+      decoder.decode(tokens: list[str]) -> str, used by decode() on the token strings.
+    encode_iterable / encode_file refuse a normalizer or pre_tokenizer; encode_with_offsets
+    refuses options that change the token bytes (normalizer, pre_tokenizer, prefix, suffix,
+    unk_token, byte_fallback).
     """
 
     # ---- construction ---------------------------------------------------------------------
 
     def __init__(self, vocab, merges, special_tokens=None, *, pattern: str = "gpt2",
-                 cache_capacity: int = DEFAULT_CACHE_CAPACITY, ignore_merges: bool = True):
+                 cache_capacity: int = DEFAULT_CACHE_CAPACITY, ignore_merges: bool = True,
+                 byte_level: bool = True, dropout=None, seed=None, unk_token=None,
+                 fuse_unk: bool = False, byte_fallback: bool = False,
+                 continuing_subword_prefix=None, end_of_word_suffix=None,
+                 pre_tokenizer=None, normalizer=None, decoder=None):
+        extra = dict(byte_level=byte_level, dropout=dropout, seed=seed, unk_token=unk_token,
+                     fuse_unk=fuse_unk, byte_fallback=byte_fallback,
+                     continuing_subword_prefix=continuing_subword_prefix,
+                     end_of_word_suffix=end_of_word_suffix, pre_tokenizer=pre_tokenizer,
+                     normalizer=normalizer, decoder=decoder)
         if not isinstance(vocab, dict):
             raise TypeError(f"vocab must be a dict {{id: bytes}}, not {type(vocab).__name__}")
         clean = {}
@@ -164,7 +261,12 @@ class Tokenizer:
         if merges is None:
             merges = []
         merges = list(merges)
-        merge_ids = formats.check_merges(clean, merges, "merges")
+        cut = 0
+        if continuing_subword_prefix is not None:
+            opts = _check_options({k: extra[k] for k in _MODEL_DEFAULTS})
+            cut = len(_option_bytes(opts["continuing_subword_prefix"], opts["byte_level"],
+                                    "continuing_subword_prefix"))
+        merge_ids = formats.check_merges(clean, merges, "merges", cut=cut)
         merges = [(clean[a], clean[b]) for a, b in merge_ids]
         if special_tokens is None:
             special_tokens = []
@@ -188,20 +290,26 @@ class Tokenizer:
                 special[s] = next_id
                 next_id += 1
         self._build(formats.RULE_MERGES, clean, merges, special, pattern, cache_capacity,
-                    ignore_merges)
+                    ignore_merges, extra)
 
     @classmethod
     def from_files(cls, vocab_filepath, merges_filepath, special_tokens=None, *,
-                   pattern: str = "gpt2", **kw) -> "Tokenizer":
-        """GPT-2 style vocab.json + merges.txt (byte-to-unicode alphabet)."""
-        vocab = formats.read_gpt2_vocab(vocab_filepath)
-        merges, lines = formats.read_gpt2_merges(merges_filepath, with_lines=True)
+                   pattern: str = "gpt2", byte_level: bool = True, **kw) -> "Tokenizer":
+        """GPT-2 style vocab.json + merges.txt (byte-to-unicode alphabet; with
+        byte_level=False the token text literally).  Other keywords as for Tokenizer()."""
+        vocab = formats.read_gpt2_vocab(vocab_filepath, byte_level=byte_level)
+        merges, lines = formats.read_gpt2_merges(merges_filepath, with_lines=True,
+                                                 byte_level=byte_level)
         try:
-            return cls(vocab, merges, special_tokens, pattern=pattern, **kw)
+            return cls(vocab, merges, special_tokens, pattern=pattern, byte_level=byte_level,
+                       **kw)
         except ValueError as exc:
             if str(exc).startswith("merges:"):     # say which line of the file is wrong
+                cut = kw.get("continuing_subword_prefix")
+                cut = len(_option_bytes(cut, byte_level, "continuing_subword_prefix")) \
+                    if isinstance(cut, (str, bytes)) else 0
                 formats.check_merges(vocab, merges, os.fspath(merges_filepath),
-                                     line_of=lambda k: lines[k])
+                                     line_of=lambda k: lines[k], cut=cut)
             raise
 
     @classmethod
@@ -233,7 +341,7 @@ class Tokenizer:
 
     @classmethod
     def _from_parts(cls, rule, vocab, merges, special, pattern,
-                    cache_capacity=DEFAULT_CACHE_CAPACITY, ignore_merges=True):
+                    cache_capacity=DEFAULT_CACHE_CAPACITY, ignore_merges=True, **extra):
         if not isinstance(special, dict):
             raise TypeError("special_tokens must be a dict {str: id}")
         by_bytes = {b: i for i, b in vocab.items()}
@@ -253,18 +361,65 @@ class Tokenizer:
         if len(set(ids)) != len(ids):
             raise ValueError(f"special tokens share an id: {special}")
         self = cls.__new__(cls)
-        self._build(rule, vocab, merges, special, pattern, cache_capacity, ignore_merges)
+        self._build(rule, vocab, merges, special, pattern, cache_capacity, ignore_merges,
+                    extra)
         return self
 
-    def _build(self, rule, vocab, merges, special, pattern, cache_capacity, ignore_merges):
+    def _options(self, extra, rule, vocab):
+        """Checks the model options and pipeline components of `extra` (see the class
+        docstring) and sets self._opts (dict), self._components; returns (opts, unk_id,
+        prefix bytes, suffix bytes)."""
+        extra = dict(extra or {})
+        comps = {}
+        for name, method in _COMPONENTS:
+            obj = extra.pop(name, None)
+            if obj is not None and not callable(getattr(obj, method, None)):
+                raise TypeError(f"{name} must have a {method}() method (HF's protocol), "
+                                f"{type(obj).__name__} has none")
+            comps[name] = obj
+        opts = _check_options(extra)
+        bl = opts["byte_level"]
+        if rule != formats.RULE_MERGES and any(
+                opts[k] != v for k, v in _MODEL_DEFAULTS.items() if k != "seed"):
+            raise ValueError("model options (byte_level=False, dropout, unk_token, fuse_unk, "
+                             "byte_fallback, prefix/suffix) need a merge-list vocabulary, "
+                             "not a tiktoken one")
+        unk_id = None
+        if opts["unk_token"] is not None:
+            ub = _option_bytes(opts["unk_token"], bl, "unk_token")
+            unk_id = next((i for i, b in vocab.items() if b == ub), None)
+            if unk_id is None:
+                raise ValueError(f"unk_token {opts['unk_token']!r} is not in the vocabulary")
+        prefix = suffix = b""
+        if opts["continuing_subword_prefix"] is not None:
+            prefix = _option_bytes(opts["continuing_subword_prefix"], bl,
+                                   "continuing_subword_prefix")
+        if opts["end_of_word_suffix"] is not None:
+            suffix = _option_bytes(opts["end_of_word_suffix"], bl, "end_of_word_suffix")
+        if not bl:
+            for i, b in vocab.items():
+                try:
+                    b.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise ValueError(f"vocab: token {i} ({b!r}) is not UTF-8 text, which a "
+                                     f"character-level (byte_level=False) token must "
+                                     f"be") from None
+        self._opts = opts
+        self._components = comps
+        return opts, unk_id, prefix, suffix
+
+    def _build(self, rule, vocab, merges, special, pattern, cache_capacity, ignore_merges,
+               extra=None):
         """vocab {id: bytes} (may contain special tokens' bytes under their ids: those are
-        removed from the ordinary tokens), merges [(bytes, bytes)], special {str: id}."""
+        removed from the ordinary tokens, except the unk_token), merges [(bytes, bytes)],
+        special {str: id}, extra: model options and pipeline components (class docstring)."""
         self._ptr = None
         name, regex_str, cpattern = patterns.resolve(pattern)
         if type(cache_capacity) is not int or cache_capacity < 0:
             raise ValueError(f"cache_capacity must be an int >= 0, not {cache_capacity!r}")
+        opts, unk_id, prefix, suffix = self._options(extra, rule, vocab)
         special_ids = set(special.values())
-        vocab = {i: b for i, b in vocab.items() if i not in special_ids}
+        vocab = {i: b for i, b in vocab.items() if i not in special_ids or i == unk_id}
         if len(vocab) != len({b for b in vocab.values()}):
             raise ValueError("vocab: two tokens have the same bytes")
         special_bytes = {s.encode("utf-8") for s in special}
@@ -289,6 +444,13 @@ class Tokenizer:
         self._modes_lock = threading.Lock()
         self._py_split = None
         self._py_special_re = {}
+        self._pre_tokenizer = self._components["pre_tokenizer"]
+        self._normalizer = self._components["normalizer"]
+        self._decoder = self._components["decoder"]
+        # text goes through Python (split, normalize, pre-tokenize) before C sees pieces
+        self._py_path = cpattern == 0 or self._pre_tokenizer is not None or \
+            self._normalizer is not None
+        self._token_strs = None
         if cpattern == 0:
             import regex
             self._py_split = regex.compile(regex_str)
@@ -329,6 +491,22 @@ class Tokenizer:
         keep += [c_sp, c_sp_off, c_sp_ids]
         spec.n_special = len(sp_bytes)
         spec.special_bytes, spec.special_offsets, spec.special_ids = c_sp, c_sp_off, c_sp_ids
+        spec.char_level = 0 if opts["byte_level"] else 1
+        spec.byte_fallback = 1 if opts["byte_fallback"] else 0
+        spec.fuse_unk = 1 if opts["fuse_unk"] else 0
+        if unk_id is not None:
+            spec.has_unk, spec.unk_id = 1, unk_id
+        spec.dropout = opts["dropout"] or 0.0
+        seed = opts["seed"]
+        spec.seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little")
+        if prefix:
+            c_prefix = ffi.new("uint8_t[]", prefix)
+            keep.append(c_prefix)
+            spec.subword_prefix, spec.subword_prefix_len = c_prefix, len(prefix)
+        if suffix:
+            c_suffix = ffi.new("uint8_t[]", suffix)
+            keep.append(c_suffix)
+            spec.word_suffix, spec.word_suffix_len = c_suffix, len(suffix)
 
         out = ffi.new("bpe_tokenizer **")
         bad = ffi.new("size_t *")
@@ -341,6 +519,8 @@ class Tokenizer:
         if rc == lib.BPE_ERR_MERGE:
             k = bad[0]
             what = f"merge {k} {merges[k]!r}" if k < len(merges) else f"merge {k}"
+            if prefix:
+                what += f" (with continuing_subword_prefix {prefix!r} cut from its right part)"
             raise ValueError(f"merges rejected at {what}: {_strerror(rc)}")
         raise_for(rc, "building the tokenizer")
         self._ptr = ffi.gc(out[0], lib.bpe_tokenizer_free)
@@ -353,11 +533,14 @@ class Tokenizer:
         """Pickling (e.g. for multiprocessing) sends the parts; the C tokenizer is rebuilt."""
         return {"rule": self._rule, "vocab": self._vocab, "merges": self._merges,
                 "special": self._special, "pattern": self._pattern_name or self._pattern_regex,
-                "cache_capacity": self._cache_capacity, "ignore_merges": self._ignore_merges}
+                "cache_capacity": self._cache_capacity, "ignore_merges": self._ignore_merges,
+                "options": dict(self._opts), "components": dict(self._components)}
 
     def __setstate__(self, state):
+        extra = dict(state.get("options") or {})
+        extra.update(state.get("components") or {})
         self._build(state["rule"], state["vocab"], state["merges"], state["special"],
-                    state["pattern"], state["cache_capacity"], state["ignore_merges"])
+                    state["pattern"], state["cache_capacity"], state["ignore_merges"], extra)
 
     def close(self) -> None:
         """Free the C tokenizer now.  Safe to call twice; the tokenizer is unusable after."""
@@ -406,6 +589,24 @@ class Tokenizer:
     @property
     def rule(self) -> str:
         return self._rule
+
+    @property
+    def model_options(self) -> dict:
+        """The model options (byte_level, dropout, seed, unk_token, fuse_unk, byte_fallback,
+        continuing_subword_prefix, end_of_word_suffix) as given."""
+        return dict(self._opts)
+
+    @property
+    def pre_tokenizer(self):
+        return self._pre_tokenizer
+
+    @property
+    def normalizer(self):
+        return self._normalizer
+
+    @property
+    def decoder(self):
+        return self._decoder
 
     @property
     def vocab(self) -> dict:
@@ -478,6 +679,12 @@ class Tokenizer:
             self._modes[key] = mode
         return mode
 
+    def _refuse_components(self, what: str) -> None:
+        if self._normalizer is not None or self._pre_tokenizer is not None:
+            raise ValueError(f"{what} does not support a tokenizer with a normalizer or "
+                             f"pre_tokenizer (a chunk boundary could change their output); "
+                             f"use encode / encode_batch on whole documents")
+
     def _raise_encode(self, rc, info, context="encode"):
         if rc == lib.BPE_ERR_DISALLOWED:
             k = info
@@ -501,7 +708,7 @@ class Tokenizer:
             mode = self._all_mode
         else:
             mode = self._mode_for(allowed_special, disallowed_special)
-        if self._cpattern == 0:
+        if self._py_path:
             return self._encode_py(data, mode)
         out = ffi.new("bpe_ids *")
         info = ffi.new("size_t *")
@@ -516,7 +723,7 @@ class Tokenizer:
     def encode_ordinary(self, text) -> list:
         """Token ids of `text`, special tokens treated as ordinary text."""
         data = _utf8(text)
-        if self._cpattern == 0:
+        if self._py_path:
             return self._encode_py(data, ffi.NULL)
         out = ffi.new("bpe_ids *")
         rc = lib.bpe_encode(self._handle(), data, len(data), ffi.NULL, out, ffi.NULL)
@@ -536,6 +743,7 @@ class Tokenizer:
         encode("".join(iterable)) even where a chunk boundary cuts a piece or special token."""
         if isinstance(iterable, str):
             iterable = (iterable,)
+        self._refuse_components("encode_iterable")
         if self._cpattern == 0:
             return self._iter_py(iterable)
         return self._iter_c(iterable)
@@ -588,7 +796,7 @@ class Tokenizer:
         n = len(datas)
         if n == 0:
             return []
-        if self._cpattern == 0:
+        if self._py_path:
             return [self._encode_py(d, mode) for d in datas]
         # The texts go in as one joined buffer; C encodes groups of them on worker threads
         # while this thread turns the groups already done into lists (bpe_batch_next), so the
@@ -640,6 +848,7 @@ class Tokenizer:
         dtype.  Shows a progress bar on stderr when progress is true; Ctrl-C stops it (and the
         output file is removed).  Returns the number of ids written."""
         width = self._id_width(dtype)
+        self._refuse_components("encode_file")
         in_path = os.fspath(input_path)
         out_path = os.fspath(output_path)
         with open(in_path, "rb"):
@@ -715,12 +924,19 @@ class Tokenizer:
                       if mode[k] == lib.BPE_SPECIAL_DISALLOWED]
         return allowed, disallowed
 
-    def _pieces(self, data: bytes, out: list) -> None:
-        """Split UTF-8 `data` with the custom regex; BPE each piece in C; extend out.  Text
-        the regex does not match is kept as a piece of its own (as HF's Split does), so
-        decode(encode(s)) == s for any regex."""
+    def _pieces(self, data: bytes, out: list, at: int = 0) -> None:
+        """One stretch of UTF-8 text between special tokens: normalize it (normalizer), split
+        it (pre_tokenizer, else the custom regex, else the built-in pattern in C), BPE each
+        piece in C; extend out.  Text the regex does not match is kept as a piece of its own
+        (as HF's Split does), so decode(encode(s)) == s for any regex.  `at`: where the
+        stretch starts in the whole text (0 for the first), for Metaspace's
+        prepend_scheme="first"."""
         if not data:
             return
+        if self._normalizer is not None or self._pre_tokenizer is not None:
+            data = self._normalize_split(data, out, at)
+            if data is None:
+                return
         text = data.decode("utf-8")
         ends = []
         pos = 0
@@ -742,6 +958,10 @@ class Tokenizer:
                 last_c = e
                 byte_ends.append(last_b)
             ends = byte_ends
+        self._encode_split(data, ends, out)
+
+    def _encode_split(self, data: bytes, ends: list, out: list) -> None:
+        """BPE of the pieces data[ends[k-1]:ends[k]] in C; extend out."""
         c_ends = ffi.new("size_t[]", ends)
         res = ffi.new("bpe_ids *")
         rc = lib.bpe_encode_pieces(self._handle(), data, c_ends, len(ends), res)
@@ -751,6 +971,39 @@ class Tokenizer:
             out.extend(_ids(res.ids, res.len))
         finally:
             lib.bpe_ids_free(res)
+
+    def _normalize_split(self, data: bytes, out: list, at: int = 0):
+        """The normalizer / pre_tokenizer part of _pieces: encodes into out and returns None,
+        or returns the normalized UTF-8 for the regex split that follows."""
+        text = data.decode("utf-8")
+        if self._normalizer is not None:
+            text = self._normalizer.normalize_str(text)
+            if not isinstance(text, str):
+                raise TypeError(f"normalizer.normalize_str returned "
+                                f"{type(text).__name__}, not str")
+        if self._pre_tokenizer is None:
+            data = _utf8(text)
+            if self._cpattern == 0:
+                return data
+            res = ffi.new("bpe_ids *")
+            rc = lib.bpe_encode(self._handle(), data, len(data), ffi.NULL, res, ffi.NULL)
+            try:
+                if rc:
+                    self._raise_encode(rc, 0)
+                out.extend(_ids(res.ids, res.len))
+            finally:
+                lib.bpe_ids_free(res)
+            return None
+        pre = self._pre_tokenizer
+        if at and _takes_offset(pre):
+            # our components pre-tokenize a stretch after a special token as HF does (only
+            # whether the offset is 0 matters here: the pieces' offsets are not used)
+            pieces = pre.pre_tokenize_str(text, offset=at)
+        else:
+            pieces = pre.pre_tokenize_str(text)
+        parts = [_utf8(p[0]) for p in pieces]
+        self._encode_split(b"".join(parts), list(itertools.accumulate(map(len, parts))), out)
+        return None
 
     def _encode_py(self, data: bytes, mode) -> list:
         allowed, disallowed = self._mode_sets(mode)
@@ -764,10 +1017,10 @@ class Tokenizer:
             return out
         pos = 0
         for m in self._special_regex(allowed).finditer(data):
-            self._pieces(data[pos:m.start()], out)
+            self._pieces(data[pos:m.start()], out, pos)
             out.append(self._special[m.group().decode("utf-8")])
             pos = m.end()
-        self._pieces(data[pos:], out)
+        self._pieces(data[pos:], out, pos)
         return out
 
     def _iter_py(self, iterable):
@@ -872,8 +1125,31 @@ class Tokenizer:
             lib.bpe_bytes_free(out)
 
     def decode(self, ids) -> str:
-        """The text of a sequence of ids; bytes that are not valid UTF-8 become U+FFFD."""
+        """The text of a sequence of ids; bytes that are not valid UTF-8 become U+FFFD.  With
+        a decoder: decoder.decode(the token strings), as HF does (special tokens included)."""
+        if self._decoder is not None:
+            return self._decoder.decode(self.id_to_tokens(ids))
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def id_to_tokens(self, ids) -> list:
+        """The token strings of ids, as in vocab.json / tokenizer.json: the text of a
+        character-level token, the byte-alphabet string of a byte-level one, a special
+        token's text.  ValueError naming an unknown id."""
+        strs = self._token_strs
+        if strs is None:
+            if self._opts["byte_level"]:
+                strs = {i: formats.bytes_to_token_str(b) for i, b in self._vocab.items()}
+            else:
+                strs = {i: b.decode("utf-8") for i, b in self._vocab.items()}
+            strs.update({i: s for s, i in self._special.items()})
+            self._token_strs = strs
+        ids, _ = self._id_array(ids)
+        try:
+            return [strs[i] for i in ids]
+        except KeyError:
+            k = next(k for k, i in enumerate(ids) if i not in strs)
+            raise ValueError(f"unknown token id {ids[k]} at position {k} (n_vocab is "
+                             f"{self._n_vocab})") from None
 
     def decode_single_token_bytes(self, token_id) -> bytes:
         if isinstance(token_id, bool) or not isinstance(token_id, int):
@@ -904,18 +1180,36 @@ class Tokenizer:
         span of the whole character where a token splits one (HF `Encoding.offsets`).
         `ordinary=True` encodes as encode_ordinary; other keywords go to encode."""
         from .offsets import encode_with_offsets
-        return encode_with_offsets(self, text, ordinary=ordinary, **encode_kwargs)
+        o = self._opts
+        if (self._normalizer is not None or self._pre_tokenizer is not None or o["unk_token"]
+                or o["byte_fallback"] or o["continuing_subword_prefix"]
+                or o["end_of_word_suffix"]):
+            raise ValueError("encode_with_offsets needs tokens whose bytes are the text's: not "
+                             "available with a normalizer, pre_tokenizer, unk_token, "
+                             "byte_fallback, continuing_subword_prefix or end_of_word_suffix")
+        ids, spans = encode_with_offsets(self, text, ordinary=ordinary, **encode_kwargs)
+        if (not o["byte_level"] or o["dropout"]) and (spans[-1][1] if spans else 0) != len(
+                text):
+            raise ValueError("encode_with_offsets: some characters of the text have no token "
+                             "and were dropped (pass unk_token), so offsets cannot be given")
+        return ids, spans
 
     def decode_with_offsets(self, ids, errors: str = "strict"):
         """(text, offsets): offsets[k] = index in text of the first character holding a byte
         of token k, as tiktoken's decode_with_offsets.  errors="strict" raises
         UnicodeDecodeError on invalid UTF-8 (as tiktoken); "replace" decodes as decode()."""
         from .offsets import decode_with_offsets
+        if self._decoder is not None:
+            raise ValueError("decode_with_offsets works on token bytes and ignores a decoder; "
+                             "not available for a tokenizer with a decoder")
         return decode_with_offsets(self, ids, errors)
 
     def stream_decoder(self):
         """A StreamDecoder: feed ids one at a time, get text as soon as characters complete."""
         from .stream_decode import StreamDecoder
+        if self._decoder is not None:
+            raise ValueError("stream_decoder works on token bytes and ignores a decoder; not "
+                             "available for a tokenizer with a decoder")
         return StreamDecoder(self)
 
     # ---- saving -------------------------------------------------------------------------------
@@ -925,14 +1219,61 @@ class Tokenizer:
         `tokenizers.Tokenizer.from_file`, and by `load`, which restores it exactly),
         atomically."""
         merges = self.merges
+        o = self._opts
         doc = formats.hf_json(self._vocab, merges, self._special, self._pattern_regex,
-                              self._rule, self._pattern_name)
-        doc["model"]["ignore_merges"] = self._ignore_merges
+                              self._rule, self._pattern_name, byte_level=o["byte_level"])
+        model = doc["model"]
+        model["ignore_merges"] = self._ignore_merges
+        model["dropout"] = o["dropout"]
+        model["fuse_unk"] = o["fuse_unk"]
+        model["byte_fallback"] = o["byte_fallback"]
+        for key in ("unk_token", "continuing_subword_prefix", "end_of_word_suffix"):
+            v = o[key]
+            if isinstance(v, bytes):      # given as token bytes: written as a token string
+                v = (formats.bytes_to_token_str(v) if o["byte_level"]
+                     else v.decode("utf-8", "replace"))
+            model[key] = v
+        model["bpe_cffi"]["byte_level"] = o["byte_level"]
+        if o["seed"] is not None:
+            model["bpe_cffi"]["seed"] = o["seed"]
+        for name in ("normalizer", "pre_tokenizer", "decoder"):
+            obj = self._components[name]
+            if obj is not None:
+                section = _component_json(obj, name)
+                if section is not None:
+                    doc[name] = section
+        if self._pre_tokenizer is not None:
+            del model["bpe_cffi"]["pattern"]   # the pattern is not what splits the text
         formats.write_hf(path, doc)
 
     def save_gpt2(self, vocab_path, merges_path) -> None:
         """Write GPT-2 style vocab.json + merges.txt (special tokens included in vocab.json)."""
         formats.write_gpt2(self.vocab, self.merges, vocab_path, merges_path)
+
+
+def _takes_offset(pre_tokenizer) -> bool:
+    """True for bpe_cffi.hf_components pre-tokenizers (pre_tokenize_str(text, offset=))."""
+    from . import hf_components
+    return isinstance(pre_tokenizer, hf_components._PreTokenizer)
+
+
+def _component_json(obj, name: str):
+    """The tokenizer.json section of a pipeline component: its HF serialisation (HF's objects
+    pickle as their JSON), else ValueError."""
+    import json
+    if callable(getattr(obj, "to_json", None)):      # bpe_cffi.hf_components objects
+        return obj.to_json()
+    state = None
+    try:
+        state = obj.__getstate__()
+        if isinstance(state, (bytes, str)):
+            return json.loads(state)
+    except (AttributeError, TypeError, ValueError):
+        pass
+    if isinstance(state, dict) and isinstance(state.get("type"), str):
+        return state
+    raise ValueError(f"save: the {name} {type(obj).__name__} cannot be written to "
+                     f"tokenizer.json (it does not serialise as HF's objects do)")
 
 
 def _strerror(rc) -> str:

@@ -108,6 +108,24 @@ typedef struct bpe_spec {
     const uint8_t *special_bytes;
     const size_t *special_offsets; /* n_special + 1 */
     const uint32_t *special_ids;
+
+    /* Model options (HF BPE's; model.c).  All zero = off: the byte-level model above.  Token
+     * strings below mean token bytes: the UTF-8 of a character-level token, the raw bytes of
+     * a byte-level one.  Only with BPE_RULE_MERGES (BPE_ERR_ARG otherwise). */
+    int char_level;                /* 1: a piece's initial symbols are its UTF-8 characters
+                                      (each looked up as a token), not its bytes */
+    int byte_fallback;             /* 1: a symbol with no token becomes the tokens "<0xNN>" of
+                                      its bytes, when all of them exist */
+    int has_unk;                   /* 1: unk_id is the unknown token */
+    uint32_t unk_id;               /* an ordinary token standing for a symbol with no token */
+    int fuse_unk;                  /* 1: consecutive unknown symbols become one unk_id */
+    double dropout;                /* BPE-dropout probability in [0, 1]; 0: off */
+    uint64_t seed;                 /* seeds the dropout generators (see model.c) */
+    const uint8_t *subword_prefix; /* put before every symbol but a piece's first, and cut
+                                      from the right part of every merge; NULL: none */
+    size_t subword_prefix_len;
+    const uint8_t *word_suffix;    /* put after a piece's last symbol; NULL: none */
+    size_t word_suffix_len;
 } bpe_spec;
 
 /* Builds a tokenizer.  On BPE_ERR_VOCAB / BPE_ERR_MERGE, *bad_index (if not NULL) is the index

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "cache.h"
+#include "model.h"
 #include "tokenizer.h"
 
 #define EMPTY BPE_CACHE_EMPTY
@@ -185,4 +186,5 @@ void bpe_slot_destroy(bpe_slot *slot)
     bpe_cache_free(slot->cache);
     slot->cache = NULL;
     bpe_merge_scratch_free(&slot->scratch);
+    bpe_model_scratch_free(&slot->mscratch);
 }

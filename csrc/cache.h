@@ -73,6 +73,8 @@ typedef struct bpe_slot {
     int cache_failed;            /* 1 after the cache could not be allocated: run uncached */
     bpe_cache *cache;            /* the word cache; NULL until first use or when disabled */
     bpe_merge_scratch scratch;   /* buffers for long pieces */
+    bpe_model_scratch mscratch;  /* buffers of the option-aware merge (model.c) */
+    uint64_t rng;                /* dropout generator state of the owning call (model.c) */
 } bpe_slot;
 
 /* Claims a free slot of tok for the calling thread (creating its cache lazily), or returns

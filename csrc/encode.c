@@ -8,7 +8,9 @@
  * between is split into pieces by the built-in pre-tokenizer (bpe_pretok_next); (4) each piece
  * goes through the word cache of the call's work slot, then (for ignore_merges) the whole-token
  * lookup, then the merge of merge.c.  The piece's hash is computed once and serves both the
- * cache and the whole-token lookup.
+ * cache and the whole-token lookup.  A tokenizer with HF model options (tok->model != NULL:
+ * character-level symbols, prefix/suffix, unk, byte fallback, dropout) sends every piece to
+ * model.c instead; that test is the only cost the options add to the plain path.
  *
  * Output invariant: ids are appended to a caller-owned bpe_ids that grows geometrically; on any
  * error its length is restored to what it was on entry, so the caller never sees half a
@@ -20,6 +22,7 @@
 
 #include "encode.h"
 #include "merge.h"
+#include "model.h"
 #include "pretok.h"
 #include "special.h"
 #include "tokenizer.h"
@@ -63,6 +66,8 @@ static int encode_piece(const bpe_tokenizer *tok, bpe_slot *s, const uint8_t *p,
     uint64_t h = 0;
     size_t k;
     int rc, hashed = 0;
+    if (tok->model != NULL)
+        return bpe_model_piece(tok, s, p, n, out);   /* model options: model.c */
     if ((rc = bpe_ids_reserve(out, n)) != BPE_OK)
         return rc;
     dst = out->ids + out->len;
@@ -194,6 +199,7 @@ int bpe_encode_work(const bpe_tokenizer *tok, bpe_work *w, const uint8_t *text, 
     if ((rc = bpe_check_mode(tok, special_mode)) != BPE_OK ||
         (rc = masks_init(&m, tok, special_mode)) != BPE_OK)
         return rc;
+    bpe_model_begin_call(tok, w->slot);
     rc = encode_masked(tok, w->slot, text, len, &m, out, info, cancel);
     masks_free(&m);
     if (rc != BPE_OK)
@@ -281,6 +287,7 @@ int bpe_encode_pieces(const bpe_tokenizer *tok, const uint8_t *text,
     old = out->len;
     prev = 0;
     bpe_work_open(tok, &w);
+    bpe_model_begin_call(tok, w.slot);
     for (i = 0; i < n_pieces && rc == BPE_OK; i++) {
         if (piece_ends[i] > prev)
             rc = encode_piece(tok, w.slot, text + prev, piece_ends[i] - prev, out);

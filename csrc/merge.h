@@ -36,6 +36,18 @@ typedef struct bpe_merge_scratch {
     void *heap_mem;          /* the allocation (64-byte aligned) behind heap */
 } bpe_merge_scratch;
 
+/* Per-slot buffers of the option-aware merge (model.c); zero-initialise before first use. */
+typedef struct bpe_model_scratch {
+    bpe_sym *syms;             /* the symbols of the piece */
+    size_t sym_cap;
+    struct bpe_model_entry *heap;   /* binary min-heap of candidate merges */
+    size_t heap_cap;
+    struct bpe_model_entry *skip;   /* dropout: entries popped and skipped */
+    size_t skip_cap;
+    uint8_t *key;              /* a symbol's lookup string (prefix + unit + suffix) */
+    size_t key_cap;
+} bpe_model_scratch;
+
 /* Merges the n > 0 bytes p[0..n) into token ids written to ids[0..*n_ids) (ids has room for
  * n).  Does not look at ignore_merges or any cache.  Returns BPE_OK, BPE_ERR_NOBYTE (a byte
  * with no single-byte token), BPE_ERR_NOMEM or BPE_ERR_TOOBIG (n >= 2^32 - 1). */

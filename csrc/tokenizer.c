@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model.h"
 #include "tokenizer.h"
 
 /* Ids index arrays, so the id space must stay proportional to the number of tokens. */
@@ -213,7 +214,7 @@ static int is_ordinary(const bpe_tokenizer *tok, uint32_t id)
 static int build_merges(bpe_tokenizer *tok, const bpe_spec *sp, size_t *bad)
 {
     uint8_t small[512];
-    size_t i;
+    size_t i, cut = bpe_model_prefix_len(tok);   /* HF: result = left + right[prefix_len:] */
     int rc = new_pair_table(tok, sp->n_merges);
     for (i = 0; rc == BPE_OK && i < sp->n_merges; i++) {
         uint32_t l = sp->merges[2 * i], r = sp->merges[2 * i + 1], id;
@@ -225,12 +226,14 @@ static int build_merges(bpe_tokenizer *tok, const bpe_spec *sp, size_t *bad)
             return BPE_ERR_MERGE;
         lr = &tok->by_id[l];
         rr = &tok->by_id[r];
-        n = (size_t)lr->len + rr->len;
+        if (rr->len < cut)
+            return BPE_ERR_MERGE;   /* the right part is shorter than the prefix to cut */
+        n = (size_t)lr->len + rr->len - cut;
         buf = n <= sizeof small ? small : malloc(n);
         if (buf == NULL)
             return BPE_ERR_NOMEM;
         memcpy(buf, tok->bytes + lr->off, lr->len);
-        memcpy(buf + lr->len, tok->bytes + rr->off, rr->len);
+        memcpy(buf + lr->len, tok->bytes + rr->off + cut, rr->len - cut);
         id = bpe_ordinary_lookup(tok, buf, n, bpe_hash_bytes(buf, n));
         if (buf != small)
             free(buf);
@@ -297,6 +300,8 @@ static int build(bpe_tokenizer *tok, const bpe_spec *sp, size_t *bad)
         (rc = bpe_special_matcher_new(sp->special_bytes, sp->special_offsets, sp->n_special,
                                       &tok->matcher)) != BPE_OK)
         return rc == BPE_ERR_ARG ? BPE_ERR_VOCAB : rc;
+    if ((rc = bpe_model_new(sp, tok)) != BPE_OK)
+        return rc;
     return sp->rule == BPE_RULE_MERGES ? build_merges(tok, sp, bad) : build_tiktoken(tok, sp);
 }
 
@@ -332,6 +337,7 @@ void bpe_tokenizer_free(bpe_tokenizer *tok)
     for (i = 0; i < BPE_N_SLOTS; i++)
         bpe_slot_destroy(&tok->slots[i]);
     bpe_special_matcher_free(tok->matcher);
+    bpe_model_free(tok->model);
     free(tok->bytes);
     free(tok->by_id);
     free(tok->is_special);

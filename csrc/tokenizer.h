@@ -67,6 +67,8 @@ struct bpe_tokenizer {
     bpe_special_matcher *matcher; /* finds them in text; NULL when n_special == 0 */
 
     bpe_slot slots[BPE_N_SLOTS];  /* per-call work areas (word cache + merge scratch) */
+
+    struct bpe_model *model;      /* the model options (model.h); NULL when all are off */
 };
 
 /* 64-bit hash of a byte string (our own multiply-xor mix; not cryptographic). */

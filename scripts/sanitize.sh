@@ -124,9 +124,57 @@ static int run(int rule)
     return 0;
 }
 
+/* The model options (model.c): char-level, suffix, unk, byte fallback, dropout; then a prefix
+ * that breaks a merge (an error path after the model is allocated). */
+static int run_model(void)
+{
+    uint8_t bytes[300];
+    size_t offs[300], n = 0, i, bad = 0, info = 0;
+    uint32_t ids[300], merges[] = {'a', 'a', 'b', 'c'};
+    const char *text = "aaaa bc \xc3\xa9\xe2\x82\xac aaab end", *texts[3];
+    size_t lens[3];
+    bpe_spec spec;
+    bpe_tokenizer *tok = NULL;
+    bpe_ids out = {0}, outs[3];
+    uint64_t n_tok = 0;
+    FILE *f;
+    for (i = 0; i < 128; i++) {
+        bytes[n] = (uint8_t)i; offs[n] = n; ids[n] = (uint32_t)i; n++;
+    }
+    memcpy(bytes + n, "aabc", 4); offs[n] = n; offs[n + 1] = n + 2; offs[n + 2] = n + 4;
+    ids[n] = 128; ids[n + 1] = 129; n += 2;
+    memset(&spec, 0, sizeof spec);
+    spec.rule = BPE_RULE_MERGES; spec.pattern = BPE_PATTERN_GPT2; spec.cache_capacity = 4;
+    spec.n_tokens = n; spec.token_bytes = bytes; spec.token_offsets = offs; spec.token_ids = ids;
+    spec.n_merges = 2; spec.merges = merges;
+    spec.char_level = 1; spec.byte_fallback = 1; spec.has_unk = 1; spec.unk_id = 'u';
+    spec.fuse_unk = 1; spec.dropout = 0.5; spec.seed = 42;
+    spec.word_suffix = (const uint8_t *)"d"; spec.word_suffix_len = 1;
+    CHECK(bpe_tokenizer_new(&spec, &tok, &bad) == BPE_OK);
+    CHECK(bpe_encode(tok, (const uint8_t *)text, strlen(text), NULL, &out, &info) == BPE_OK);
+    CHECK(out.len > 5);
+    for (i = 0; i < 3; i++) {
+        texts[i] = text; lens[i] = strlen(text) - i;
+        memset(&outs[i], 0, sizeof outs[i]);
+    }
+    CHECK(bpe_encode_batch(tok, 3, (const uint8_t *const *)texts, lens, NULL, 3, outs, &info)
+          == BPE_OK);
+    for (i = 0; i < 3; i++) bpe_ids_free(&outs[i]);
+    CHECK((f = fopen("in_model.txt", "wb")) != NULL);
+    for (i = 0; i < 20000; i++) fputs(text, f);
+    fclose(f);
+    CHECK(bpe_encode_file(tok, "in_model.txt", "out_model.bin", 2, NULL, 2, NULL, &n_tok,
+                          &info) == BPE_OK);
+    bpe_ids_free(&out);
+    bpe_tokenizer_free(tok);
+    spec.subword_prefix = (const uint8_t *)"zz"; spec.subword_prefix_len = 2;
+    CHECK(bpe_tokenizer_new(&spec, &tok, &bad) == BPE_ERR_MERGE && tok == NULL);
+    return 0;
+}
+
 int main(void)
 {
-    return run(BPE_RULE_MERGES) || run(BPE_RULE_TIKTOKEN);
+    return run(BPE_RULE_MERGES) || run(BPE_RULE_TIKTOKEN) || run_model();
 }
 EOF
 if [ -z "${SANITIZE_SKIP_DRIVER:-}" ]; then

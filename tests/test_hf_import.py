@@ -149,7 +149,7 @@ def test_read_whitespace(built):
     raw_merges = json.loads(p.read_text("utf-8"))["model"]["merges"]
     assert r["merges"] == [(a.encode(), b.encode()) for a, b in raw_merges]
     assert r["options"] == {"unk_token": "<unk>", "byte_level": False,
-                            "pre_tokenizer": C.Whitespace()}
+                            "pre_tokenizer": C.Whitespace(), "decoder": C.SpaceJoin()}
     assert r["warnings"] == [] and r["ignore_merges"] is False
 
 
