@@ -468,10 +468,19 @@ def train_tokenizer(input_path, vocab_size, special_tokens=None, *, cls=None, **
 
 
 def char_level_kwargs(options) -> dict:
-    """The Tokenizer keyword arguments that describe a char-level training's result."""
-    return {"byte_level": False,
-            "continuing_subword_prefix": options.get("continuing_subword_prefix") or None,
-            "end_of_word_suffix": options.get("end_of_word_suffix") or None}
+    """The Tokenizer keyword arguments that describe a char-level training's result: the same
+    model options and decoder that formats.hf_json_char_level writes to tokenizer.json, so the
+    tokenizer returned and the file saved encode and decode alike."""
+    from . import hf_components
+    prefix = options.get("continuing_subword_prefix") or None
+    suffix = options.get("end_of_word_suffix") or None
+    steps = [{"type": "Replace", "pattern": {"String": d}, "content": ""}
+             for d in (prefix, suffix) if d]
+    steps.append({"type": "Fuse"})
+    return {"byte_level": False, "continuing_subword_prefix": prefix,
+            "end_of_word_suffix": suffix, "ignore_merges": False,
+            "decoder": hf_components.decoder_from_json({"type": "Sequence",
+                                                         "decoders": steps})}
 
 
 def _check_char_level_tokenizer(cls) -> None:

@@ -450,19 +450,25 @@ def test_tokenizer_train_max_token_length(tmp_path):
 
 
 def test_tokenizer_train_char_level(tmp_path):
-    """Char-level encoding is another helper's part: Tokenizer either takes byte_level=False
-    (and then holds our vocabulary) or says clearly that it cannot."""
-    import inspect
-    from bpe_cffi import Tokenizer
-    p = write_text(tmp_path, "hello world " * 20)
-    kw = dict(byte_level=False, continuing_subword_prefix="##")
-    if "byte_level" in inspect.signature(Tokenizer).parameters:
-        tok = Tokenizer.train(p, 40, [EOT], **kw)
-        want = train_bpe(p, 40, [EOT], **kw)[0]
-        assert {i: tok.decode_single_token_bytes(i) for i in want} == want
-    else:
-        with pytest.raises(NotImplementedError, match="character-level"):
-            Tokenizer.train(p, 40, [EOT], **kw)
+    """Tokenizer.train(byte_level=False) holds the trained vocabulary, decodes its own ids back
+    to the text (the prefix and suffix removed), and equals the tokenizer.json it saves, as
+    loaded by us and by HF."""
+    import tokenizers
+    from bpe_cffi import Tokenizer, load
+    text = read_corpus("en_books", 200_000)
+    p = write_text(tmp_path, text)
+    kw = dict(byte_level=False, continuing_subword_prefix="##", end_of_word_suffix="</w>")
+    tok = Tokenizer.train(p, 600, [EOT], **kw)
+    want = train_bpe(p, 600, [EOT], **kw)[0]
+    assert {i: tok.decode_single_token_bytes(i) for i in want} == want
+    sample = text[:20_000]
+    ids = tok.encode(sample)
+    assert tok.decode(ids) == sample          # every character was seen in training
+    tok.save(tmp_path / "t.json")
+    assert load(tmp_path / "t.json").encode(sample) == ids
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "t.json"))
+    assert hf.encode(sample, add_special_tokens=False).ids == ids
+    assert hf.decode(ids) == sample
 
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
