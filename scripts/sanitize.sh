@@ -102,6 +102,36 @@ static int run(int rule)
     CHECK(bpe_encode_batch(tok, 3, texts, lens, mode, 3, outs, &info) == BPE_ERR_DISALLOWED);
     for (i = 0; i < 3; i++) bpe_ids_free(&outs[i]);
     mode[0] = BPE_SPECIAL_ALLOWED;
+    {   /* the collected batch: whole, finished early, and failing in the middle */
+        size_t n = 20000, tl = strlen(text), k, first, count, total = 0;
+        uint8_t *joined = malloc(n * tl);
+        size_t *ends = malloc(n * sizeof *ends);
+        const uint32_t *ids;
+        const size_t *id_ends;
+        bpe_batch_job *job;
+        CHECK(joined != NULL && ends != NULL);
+        for (k = 0; k < n; k++) {
+            memcpy(joined + k * tl, text, tl);
+            ends[k] = (k + 1) * tl;
+        }
+        CHECK(bpe_batch_start(tok, n, joined, ends, mode, 3, &job) == BPE_OK);
+        while (bpe_batch_next(job, &first, &count, &ids, &id_ends, &info) == BPE_OK && count)
+            total += count;
+        CHECK(total == n);
+        bpe_batch_finish(job);
+        CHECK(bpe_batch_start(tok, n, joined, ends, mode, 3, &job) == BPE_OK);
+        CHECK(bpe_batch_next(job, &first, &count, &ids, &id_ends, &info) == BPE_OK && count);
+        bpe_batch_finish(job);                     /* workers still running */
+        mode[0] = BPE_SPECIAL_DISALLOWED;
+        CHECK(bpe_batch_start(tok, n, joined, ends, mode, 3, &job) == BPE_OK);
+        while (bpe_batch_next(job, &first, &count, &ids, &id_ends, &info) == BPE_OK && count)
+            ;
+        CHECK(info == 0);
+        bpe_batch_finish(job);
+        mode[0] = BPE_SPECIAL_ALLOWED;
+        free(ends);
+        free(joined);
+    }
     CHECK((f = fopen("in.txt", "wb")) != NULL);
     for (i = 0; i < 20000; i++) fputs(text, f);
     fclose(f);
