@@ -12,8 +12,8 @@ import zmq
 import zmq.asyncio
 
 from . import protocol as P
-from .client import (_CLIENT_LIMITS, DaemonError, DaemonTimeout, _ClientBase, reply_ids,
-                     request_msg)
+from .client import (_CLIENT_LIMITS, STREAM_BATCH_CHARS, DaemonError, DaemonTimeout,
+                     _ClientBase, reply_ids, request_msg)
 
 
 class AsyncClient(_ClientBase):
@@ -173,13 +173,17 @@ class AsyncClient(_ClientBase):
     async def stats(self):
         return await self.request({"op": P.OP_STATS})
 
-    async def stream(self, texts, window=64, *, tokenizer=None, allowed_special=None,
-                     disallowed_special=None):
+    async def stream(self, texts, window=64, *, batch=1, tokenizer=None,
+                     allowed_special=None, disallowed_special=None):
         """Async generator: encodes texts (an iterable or async iterable) with up to `window`
-        requests in flight and yields the ids in input order."""
+        requests in flight and yields the ids in input order.  batch > 1: up to that many
+        texts per request, as Client.stream."""
         if window < 1:
             raise ValueError("window must be at least 1")
-        base = self._msg(P.OP_ENCODE, tokenizer, allowed_special=allowed_special,
+        if type(batch) is not int or batch < 1:
+            raise ValueError(f"batch must be an int >= 1, not {batch!r}")
+        op = P.OP_ENCODE if batch == 1 else P.OP_ENCODE_BATCH
+        base = self._msg(op, tokenizer, allowed_special=allowed_special,
                          disallowed_special=disallowed_special, ids=P.IDS_BIN)
         if hasattr(texts, "__aiter__"):
             ait = texts.__aiter__()
@@ -197,25 +201,50 @@ class AsyncClient(_ClientBase):
                     return True, t
                 return False, None
 
-        async def one(text):
-            msg = dict(base)
-            msg["text"] = text
-            rep = await self.request(msg)
-            return reply_ids(rep["ids"])
+        async def next_group():
+            """(more, [texts]): up to `batch` texts and STREAM_BATCH_CHARS characters."""
+            group, size = [], 0
+            while len(group) < batch:
+                if pending:
+                    text = pending.pop()
+                else:
+                    more, text = await next_text()
+                    if not more:
+                        return bool(group), group
+                n = len(text) if isinstance(text, str) else 0
+                if group and size + n > STREAM_BATCH_CHARS:
+                    pending.append(text)       # starts the next group
+                    break
+                group.append(text)
+                size += n
+            return True, group
 
+        async def one(group):
+            msg = dict(base)
+            if batch == 1:
+                msg["text"] = group[0]
+            else:
+                msg["texts"] = group
+            rep = await self.request(msg)
+            if batch == 1:
+                return [reply_ids(rep["ids"])]
+            return [reply_ids(ids) for ids in rep["ids"]]
+
+        pending = []
         tasks = collections.deque()
         more = True
         try:
             while True:
                 while more and len(tasks) < window:
-                    more, text = await next_text()
+                    more, group = await next_group()
                     if more:
-                        tasks.append(asyncio.ensure_future(one(text)))
+                        tasks.append(asyncio.ensure_future(one(group)))
                 if not tasks:
                     return
-                ids = await tasks[0]
+                results = await tasks[0]
                 tasks.popleft()
-                yield ids
+                for ids in results:
+                    yield ids
         finally:
             for t in tasks:
                 t.cancel()

@@ -674,7 +674,12 @@ class Handler:
         tok = self.tokenizers[name]
         if len(texts) <= 64 and self.fast.get(name) is not None:
             # small batches: the worker threads already spread requests over the cores
-            out = [self.encode_packed(opts, t) for t in texts]
+            out = []
+            for i, t in enumerate(texts):
+                try:
+                    out.append(self.encode_packed(opts, t))
+                except RequestError as exc:
+                    raise RequestError(exc.code, f"texts[{i}]: {exc.message}")
             return {"ids": [x[0] for x in out], "n": [x[1] for x in out]}
         if disallowed == ():
             try:

@@ -301,6 +301,50 @@ def test_async_client(daemon, refs, texts):
     asyncio.run(main())
 
 
+def test_batched_streams(daemon, refs, texts, monkeypatch):
+    """stream(batch=k) sends up to k texts per request and still yields every text's ids in
+    input order, in both clients; groups also end at STREAM_BATCH_CHARS characters; an error
+    in one text raises, naming it."""
+    from bpe_cffi.daemon import client as client_mod
+    tok = refs["cl100k"]
+    expect = [tok.encode(t) for t in texts]
+    groups = list(client_mod.text_groups(["ab", "c", "", "defg"], 2))
+    assert groups == [["ab", "c"], ["", "defg"]]
+    monkeypatch.setattr(client_mod, "STREAM_BATCH_CHARS", 5)
+    assert list(client_mod.text_groups(["abc", "de", "f", "ghijklm", "n"], 10)) == \
+        [["abc", "de"], ["f"], ["ghijklm"], ["n"]]
+    monkeypatch.undo()
+    with Client(daemon.endpoint, timeout=30) as c:
+        for batch, window in [(1, 8), (3, 2), (16, 8), (1000, 4)]:
+            before = c.stats()["requests"]
+            assert list(c.stream(iter(texts), window=window, batch=batch)) == expect
+            sent = c.stats()["requests"] - before - 1          # minus the stats request
+            assert sent == -(-len(texts) // batch)
+        with pytest.raises(ValueError):
+            list(c.stream(texts, batch=0))
+        clean = [t.replace("<|endoftext|>", "") for t in texts[:20]]
+        bad = clean[:10] + ["x <|endoftext|> y"] + clean[10:]
+        got = []
+        with pytest.raises(DaemonError) as ei:
+            for ids in c.stream(bad, window=2, batch=4, allowed_special="none",
+                                disallowed_special="all"):
+                got.append(ids)
+        assert ei.value.code == P.E_DISALLOWED and "texts[2]" in ei.value.message
+        assert got == [tok.encode(t) for t in clean[:8]]   # the requests before the bad one
+
+    async def main():
+        async with AsyncClient(daemon.endpoint, timeout=10) as c:
+            out = [ids async for ids in c.stream(texts, window=3, batch=7)]
+            assert out == expect
+
+            async def agen():
+                for t in texts[:30]:
+                    yield t
+            out = [ids async for ids in c.stream(agen(), window=2, batch=4)]
+            assert out == expect[:30]
+    asyncio.run(main())
+
+
 def test_32_concurrent_streaming_clients(daemon, refs, texts):
     tok = refs["cl100k"]
     n_clients, per_client = 32, (1000 if LONG else 200)
