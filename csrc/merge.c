@@ -286,6 +286,6 @@ void bpe_merge_scratch_free(bpe_merge_scratch *s)
     free(s->syms);
     free(s->heap_mem);
     free(s->dead);
-    free(s->room);
+    free(s->reach);
     memset(s, 0, sizeof *s);
 }

@@ -36,8 +36,8 @@ typedef struct bpe_merge_scratch {
     void *heap_mem;          /* the allocation (64-byte aligned) behind heap */
     uint64_t *dead;          /* longpiece.c: bitmap of dead-end positions of the piece */
     size_t dead_cap;         /* allocated 64-bit words of dead */
-    uint16_t *room;          /* longpiece.c: per token of the piece, see its search() */
-    size_t room_cap;         /* allocated entries of room */
+    uint16_t *reach;         /* longpiece.c: per position of the piece, its trie reach */
+    size_t reach_cap;        /* allocated entries of reach */
 } bpe_merge_scratch;
 
 /* Merges the n > 0 bytes p[0..n) into token ids written to ids[0..*n_ids) (ids has room for
