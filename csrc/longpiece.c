@@ -48,7 +48,8 @@
  * Every token is classified on first use as a candidate (classify: the plain quadratic BPE of
  * its bytes, which also yields the split, level and M-status of every token of its tree) and
  * is GOOD (usable, M holds in its tree), UNUSABLE (skipped) or BAD (usable, M fails); meeting
- * a BAD one marks the tokenizer UNSUPPORTED, and that piece and all later ones take the heap.
+ * a BAD one marks the tokenizer UNSUPPORTED, and that piece and all later ones take the heap
+ * (the search has written nothing the heap does not overwrite).
  * So does a vocabulary with a token longer than MAX_TOKEN.  gpt2 (merge list), cl100k_base and
  * o200k_base satisfy M, with every token usable.  ignore_merges is decided before merging
  * (encode.c), so it does not concern this file.
@@ -65,10 +66,10 @@
  * compare-and-swap moves tok->long_state from UNBUILT to BUILDING; callers that see BUILDING
  * use the heap meanwhile; READY is stored with release order after the tables are complete.
  * The trie holds every ordinary token, its nodes numbered breadth first with children in byte
- * order, so the children of node k are nodes first[k] .. first[k+1] - 1 (node 0 is the root);
- * best[node] is the longest token that is a prefix of the node's string, and a token's
- * `shorter` is the next longest prefix token: together they list the candidates at a
- * position.  Only tokens[].state and the fields it guards change afterwards, each token at
+ * order, so the children of node k are nodes node[k].first .. node[k+1].first - 1 (node 0
+ * is the root); node[k].best is the longest token that is a prefix of the node's string, and
+ * a token's `shorter` is the next longest prefix token: together they list the candidates at
+ * a position.  Only tokens[].state and the fields it guards change afterwards, each token at
  * most once, by a caller holding fill_lock (a spinlock: a token costs microseconds), and they
  * are published by a release store of the state, so readers take no lock.
  */
@@ -83,7 +84,6 @@
 #define MAX_TOKEN 1024        /* longest ordinary token the tables accept */
 #define LINEAR_CHILDREN 16    /* scan up to this many children of a trie node, else bisect */
 #define FILL_SPINS 100000     /* yields while waiting for fill_lock before declining a piece */
-#define SEARCH_BAD (-2)       /* search(): met a BAD token */
 
 /* States of a token (long_token.state). */
 #define TOK_UNKNOWN 0    /* not classified yet */
@@ -103,6 +103,12 @@ typedef struct long_token {
                            fields above it are valid once it is not UNKNOWN */
 } long_token;
 
+/* One trie node. */
+typedef struct trie_node {
+    uint32_t first;   /* its children are nodes first .. (this + 1)->first - 1 */
+    uint32_t best;    /* the longest token that is a prefix of its string, NONE for the root */
+} trie_node;
+
 struct bpe_long_tables {
     long_token *tokens;   /* id_limit entries; len and shorter set at build */
     uint32_t root[256];   /* the trie node of each one-byte string, NONE if not in the trie */
@@ -112,10 +118,9 @@ struct bpe_long_tables {
     uint32_t *node2;      /* 65536 entries: the node of each two-byte string (first byte high),
                              NONE if not in the trie; the walk starts there, skipping the two
                              widest levels (one bisection each cost ~40% of the walk) */
-    uint32_t *first;      /* n_nodes + 1 entries: children of k are first[k] .. first[k+1]-1 */
+    trie_node *node;      /* n_nodes + 1 entries (first and best side by side: one cache line
+                             per step of a walk) */
     uint8_t *label;       /* n_nodes: the last byte of each node's string */
-    uint32_t *best;       /* n_nodes: the longest token that is a prefix of the node's string,
-                             NONE for the root */
     size_t n_nodes;
     int fill_lock;        /* 1 while a caller classifies tokens (atomic exchange) */
     uint32_t *sym;        /* classifier work arrays, MAX_TOKEN entries each, used under */
@@ -130,9 +135,8 @@ void bpe_long_tables_free(bpe_long_tables *t)
     if (t == NULL)
         return;
     free(t->tokens);
-    free(t->first);
+    free(t->node);
     free(t->label);
-    free(t->best);
     free(t->node2);
     free(t->byte_rank);
     free(t->sym);
@@ -212,7 +216,7 @@ static void classify(const bpe_tokenizer *tok, bpe_long_tables *t, uint32_t x)
 }
 
 /* The state of token x, classifying it first if needed; TOK_UNKNOWN only when fill_lock stayed
- * busy (another caller filling for very long: a thread that vanished in fork()). */
+ * busy for FILL_SPINS yields (a token takes microseconds: its holder vanished in fork()). */
 static uint32_t token_state(const bpe_tokenizer *tok, const bpe_long_tables *ct, uint32_t x)
 {
     bpe_long_tables *t = (bpe_long_tables *)ct;   /* the states are its lazily filled part */
@@ -380,9 +384,9 @@ static void add_depth(bpe_long_tables *t, trie_build *b, size_t d)
         if (parent != prev_parent || c != prev_label) {
             node = (uint32_t)t->n_nodes++;
             t->label[node] = (uint8_t)c;
-            t->best[node] = t->best[parent];
-            if (t->first[parent] == NONE)
-                t->first[parent] = node;
+            t->node[node].best = t->node[parent].best;
+            if (t->node[parent].first == NONE)
+                t->node[parent].first = node;
             prev_parent = parent;
             prev_label = c;
         }
@@ -390,8 +394,8 @@ static void add_depth(bpe_long_tables *t, trie_build *b, size_t d)
         if (e->len > d) {
             b->active[m++] = k;
         } else {
-            t->best[node] = e->id;
-            t->tokens[e->id].shorter = t->best[parent];
+            t->node[node].best = e->id;
+            t->tokens[e->id].shorter = t->node[parent].best;
             t->tokens[e->id].len = e->len;
         }
     }
@@ -407,7 +411,7 @@ static int fill_node2(bpe_long_tables *t)
         t->node2[i] = NONE;
     for (c = 0; c < 256; c++)
         if (t->root[c] != NONE)
-            for (i = t->first[t->root[c]]; i < t->first[t->root[c] + 1]; i++)
+            for (i = t->node[t->root[c]].first; i < t->node[t->root[c] + 1].first; i++)
                 t->node2[c << 8 | t->label[i]] = (uint32_t)i;
     return BPE_OK;
 }
@@ -423,29 +427,28 @@ static int build_trie(bpe_long_tables *t, const entry *ent, size_t n)
     b.node = malloc((n ? n : 1) * sizeof *b.node);
     b.active = malloc((n ? n : 1) * sizeof *b.active);
     if (b.node && b.active && total < NONE) {
-        t->first = malloc((total + 1) * sizeof *t->first);
+        t->node = malloc((total + 1) * sizeof *t->node);
         t->label = malloc(total);
-        t->best = malloc(total * sizeof *t->best);
     }
-    if (t->first && t->label && t->best) {
+    if (t->node && t->label) {
         for (i = 0; i < n; i++) {
             b.node[i] = 0;
             b.active[i] = (uint32_t)i;
         }
         for (i = 0; i <= total; i++)
-            t->first[i] = NONE;
+            t->node[i].first = NONE;
         b.n_active = n;
         t->n_nodes = 1;
-        t->best[0] = NONE;
+        t->node[0].best = NONE;
         for (d = 1; b.n_active > 0; d++)
             add_depth(t, &b, d);
-        t->first[t->n_nodes] = (uint32_t)t->n_nodes;
+        t->node[t->n_nodes].first = (uint32_t)t->n_nodes;
         for (i = t->n_nodes; i-- > 0;)
-            if (t->first[i] == NONE)
-                t->first[i] = t->first[i + 1];
+            if (t->node[i].first == NONE)
+                t->node[i].first = t->node[i + 1].first;
         for (i = 0; i < 256; i++)
             t->root[i] = NONE;
-        for (i = t->first[0]; i < t->first[1]; i++)
+        for (i = t->node[0].first; i < t->node[1].first; i++)
             t->root[t->label[i]] = (uint32_t)i;
         rc = fill_node2(t);
     }
@@ -524,17 +527,6 @@ static const bpe_long_tables *tables(const bpe_tokenizer *ctok)
 
 /* ---- encoding ---------------------------------------------------------------------------- */
 
-/* The rank of merging tokens p, q (levels lp, lq), NONE if they do not merge. */
-static uint32_t rank_of(const bpe_tokenizer *tok, const bpe_long_tables *t, uint32_t p,
-                        uint32_t q, uint32_t lp, uint32_t lq)
-{
-    const bpe_pair_entry *e;
-    if ((lp | lq) == 0)
-        return t->byte_rank[t->tokens[p].left << 8 | t->tokens[q].left];
-    e = bpe_pair_find(tok, p, q);
-    return e ? e->rank : NONE;
-}
-
 /* The piece being encoded, with a memo of trie walks. */
 typedef struct piece {
     const uint8_t *p;
@@ -555,15 +547,27 @@ static size_t reach_at(const bpe_long_tables *t, piece *w, size_t i)
     return w->reach[i];
 }
 
-/* rank_of for p ending at text position end: NONE without a probe when p's bytes and q's
- * (the text from end - len p on) begin no token. */
-static uint32_t rank_at(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w,
-                        size_t end, uint32_t p, uint32_t q, uint32_t lp, uint32_t lq)
+/* rank_at for p, q not both single bytes: no probe when p's bytes and q's (the text from
+ * end - len p on) begin no token. */
+static uint32_t rank_far(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w,
+                         size_t end, uint32_t p, uint32_t q)
 {
     const long_token *tk = t->tokens;
-    if ((lp | lq) != 0 && tk[p].len + tk[q].len > reach_at(t, w, end - tk[p].len))
+    const bpe_pair_entry *e;
+    if (tk[p].len + tk[q].len > reach_at(t, w, end - tk[p].len))
         return NONE;
-    return rank_of(tok, t, p, q, lp, lq);
+    e = bpe_pair_find(tok, p, q);
+    return e ? e->rank : NONE;
+}
+
+/* The rank of merging tokens p, q (levels lp, lq), p ending at text position end; NONE if
+ * they do not merge. */
+static inline uint32_t rank_at(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w,
+                               size_t end, uint32_t p, uint32_t q, uint32_t lp, uint32_t lq)
+{
+    if ((lp | lq) == 0)
+        return t->byte_rank[t->tokens[p].left << 8 | t->tokens[q].left];
+    return rank_far(tok, t, w, end, p, q);
 }
 
 /* 1 if the GOOD tokens a, b (a ends at text position end) form a valid pair: BPE of a's bytes
@@ -597,7 +601,7 @@ static int pair_ok(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w,
 /* The child of node with byte c, or NONE. */
 static uint32_t child(const bpe_long_tables *t, uint32_t node, uint8_t c)
 {
-    uint32_t lo = t->first[node], hi = t->first[node + 1];
+    uint32_t lo = t->node[node].first, hi = t->node[node + 1].first;
     if (hi - lo <= LINEAR_CHILDREN) {
         for (; lo < hi; lo++)
             if (t->label[lo] >= c)
@@ -611,7 +615,7 @@ static uint32_t child(const bpe_long_tables *t, uint32_t node, uint8_t c)
         else
             hi = mid;
     }
-    return lo < t->first[node + 1] && t->label[lo] == c ? lo : NONE;
+    return lo < t->node[node + 1].first && t->label[lo] == c ? lo : NONE;
 }
 
 /* The longest usable token that is a prefix of p[0..n) (n > 0, p[0] has a single-byte token);
@@ -627,7 +631,7 @@ static uint32_t longest(const bpe_long_tables *t, const uint8_t *p, size_t n, si
     for (; i < n && (next = child(t, node, p[i])) != NONE; i++)
         node = next;
     *reach = i;
-    return t->best[node];
+    return t->node[node].best;
 }
 
 static int is_dead(const uint64_t *dead, size_t i)
@@ -657,7 +661,7 @@ static int search(const bpe_tokenizer *tok, const bpe_long_tables *t, uint64_t *
             size_t end = pos + tk[cand].len;
             uint32_t st = token_state(tok, t, cand);
             if (st == TOK_BAD || st == TOK_UNKNOWN)
-                return st == TOK_BAD ? SEARCH_BAD : BPE_LONG_DECLINED;
+                return BPE_LONG_DECLINED;
             if (st == TOK_GOOD && !is_dead(dead, end) &&
                 (k == 0 || pair_ok(tok, t, w, pos, ids[k - 1], cand)))
                 break;
@@ -718,10 +722,11 @@ int bpe_long_merge(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint8_t
     w.n = n;
     w.reach = s->reach;
     rc = search(tok, t, s->dead, &w, ids, n_ids);
-    if (rc == SEARCH_BAD) {   /* a token breaks M: the heap, now and from now on */
+    if (rc == BPE_LONG_DECLINED) {
+        /* A token breaks M, or fill_lock stayed busy (a holder gone in fork()), or the
+         * impossible: the heap, now and from now on. */
         __atomic_store_n(&((bpe_tokenizer *)tok)->long_state, BPE_LONG_UNSUPPORTED,
                          __ATOMIC_RELEASE);
-        rc = BPE_LONG_DECLINED;
     }
     return rc;
 }
