@@ -17,6 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
+if not SHARED.exists():   # a git worktree: the data sits next to the main checkout
+    SHARED = Path("/work/shared")
 PATTERN = {"gpt2": "gpt2", "cl100k_base": "cl100k", "o200k_base": "o200k"}
 
 

@@ -1,17 +1,22 @@
 """Worst-case inputs stay linear: encode time per byte of pathological text against English prose.
 
     python benchmarks/bench_worst_case.py [--mb 10] [--vocab gpt2 cl100k_base o200k_base]
-                                          [--check-mb 1]
+                                          [--check-mb 1] [--tiktoken-mb 0.05] [--heap]
 
 For each vocabulary, times encode_ordinary (one call, fresh tokenizer so no cache is warm) on
 --mb MB of: English prose (en_books), one repeated character, one word of random letters,
 spaces, "^", and --mb/10 MB of emoji; prints MB/s and the ratio time-per-byte / prose's
-(the goal: every ratio <= 3).  Then checks the ids against tiktoken on --check-mb MB of each
-input (tiktoken itself is slow on such pieces; its o200k regex overflows on long whitespace,
-so that one piece is encoded with tiktoken's single-piece BPE).
+(the goal: every ratio <= 3).  The time includes building the long-piece tables, which a
+fresh tokenizer does on its first long piece (printed once per vocabulary as well).
+tiktoken's speed is printed for each input at --tiktoken-mb MB (its merge of one piece is
+quadratic, so larger sizes do not finish; 0: skip).  --heap sets BPE_CFFI_LONG_PIECE=0: every
+piece takes the heap path, the numbers before csrc/longpiece.c.  Then checks the ids against
+tiktoken on --check-mb MB of each input (its o200k regex overflows on long whitespace, so that
+one piece is encoded with tiktoken's single-piece BPE).
 """
 import argparse
 import lzma
+import os
 import random
 import sys
 import time
@@ -19,6 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
+if not SHARED.exists():   # a git worktree: the data sits next to the main checkout
+    SHARED = Path("/work/shared")
 PATTERN = {"gpt2": "gpt2", "cl100k_base": "cl100k", "o200k_base": "o200k"}
 EMOJI = ["😀", "🏳️‍🌈", "👍🏽", "🇫🇷", "🤖", "❤️", "👨‍👩‍👧‍👦", "🙂"]
 
@@ -64,13 +71,26 @@ def main() -> int:
     ap.add_argument("--vocab", nargs="+", default=["gpt2", "cl100k_base", "o200k_base"])
     ap.add_argument("--check-mb", type=float, default=1.0,
                     help="MB of each input whose ids are checked against tiktoken (0: none)")
+    ap.add_argument("--tiktoken-mb", type=float, default=0.05,
+                    help="MB of each input timed with tiktoken (0: none)")
+    ap.add_argument("--heap", action="store_true", help="the heap path only (before longpiece)")
     a = ap.parse_args()
+    if a.heap:
+        os.environ["BPE_CFFI_LONG_PIECE"] = "0"
     texts = inputs(a.mb)
     sys.path.insert(0, str(SHARED / "vocab"))
     from offline_tiktoken import get_encoding
     worst = 0.0
     for name in a.vocab:
         print(f"\n{name}: encode_ordinary, one call, fresh tokenizer")
+        enc = get_encoding(name)
+        if not a.heap:
+            tok = tokenizer(name)
+            t0 = time.perf_counter()
+            tok.encode_ordinary(texts["random-letter word"][:5000])
+            print(f"  (first long piece of a fresh tokenizer, 5000 bytes: "
+                  f"{time.perf_counter() - t0:.3f} s, mostly building the long-piece tables)")
+            tok.close()
         per_byte = {}
         for label, text in texts.items():
             tok = tokenizer(name)
@@ -82,11 +102,17 @@ def main() -> int:
             ratio = per_byte[label] / per_byte["prose"]
             if label != "prose":
                 worst = max(worst, ratio)
+            tik = ""
+            if a.tiktoken_mb > 0:
+                part = text[: int(a.tiktoken_mb * 1e6) // max(1, len(text[:1].encode()))]
+                t0 = time.perf_counter()
+                reference_ids(enc, name, part)
+                tik = (f"   tiktoken {len(part.encode()) / (time.perf_counter() - t0) / 1e6:8.2f}"
+                       f" MB/s on {len(part.encode()) / 1e6:.2f} MB")
             print(f"  {label:20s} {nbytes / 1e6:6.1f} MB {nbytes / dt / 1e6:8.1f} MB/s "
-                  f"time/byte vs prose {ratio:5.2f}x")
+                  f"time/byte vs prose {ratio:5.2f}x{tik}")
             tok.close()
         if a.check_mb > 0:
-            enc = get_encoding(name)
             tok = tokenizer(name)
             for label, text in texts.items():
                 part = text[: int(a.check_mb * 1e6) // max(1, len(text[:1].encode()))]

@@ -34,6 +34,10 @@ typedef struct bpe_merge_scratch {
                                 4i+1..4i+4 of every node share one 64-byte cache line */
     size_t heap_cap;         /* allocated entries */
     void *heap_mem;          /* the allocation (64-byte aligned) behind heap */
+    uint64_t *dead;          /* longpiece.c: bitmap of dead-end positions of the piece */
+    size_t dead_cap;         /* allocated 64-bit words of dead */
+    uint16_t *reach;         /* longpiece.c: per position of the piece, its trie reach */
+    size_t reach_cap;        /* allocated entries of reach */
 } bpe_merge_scratch;
 
 /* Per-slot buffers of the option-aware merge (model.c); zero-initialise before first use. */

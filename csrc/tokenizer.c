@@ -11,13 +11,15 @@
  *     BPE_RULE_TIKTOKEN it holds every split of every token T into two tokens L + R, mapped
  *     to (rank T, id T) with rank == id: merging the lowest-ranked adjacent pair of tokens is
  *     then exactly tiktoken's rule, because every part tiktoken forms is itself a token.
- * Invariants: ids are < id_limit; by_id[id].len == 0 exactly for unknown ids; the tables hold
+ * The tables of longpiece.c (long_tables) are the exception to immutability: built on first
+ * use, see there.  Invariants: ids are < id_limit; by_id[id].len == 0 exactly for unknown ids; the tables hold
  * no duplicate keys; the pair table never contains the key BPE_PAIR_EMPTY (ids < 2^31).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "model.h"
+#include "longpiece.h"
 #include "tokenizer.h"
 
 /* Ids index arrays, so the id space must stay proportional to the number of tokens. */
@@ -275,6 +277,21 @@ static int build_tiktoken(bpe_tokenizer *tok, const bpe_spec *sp)
     return rc;
 }
 
+/* The shortest piece for longpiece.c: BPE_CFFI_LONG_PIECE (decimal bytes; 0: never) if set
+ * to a number, else BPE_LONG_PIECE_DEFAULT.  Read once per tokenizer, at build. */
+static size_t long_piece_min(void)
+{
+    const char *v = getenv("BPE_CFFI_LONG_PIECE");
+    char *end;
+    unsigned long long n;
+    if (v == NULL || *v < '0' || *v > '9')
+        return BPE_LONG_PIECE_DEFAULT;
+    n = strtoull(v, &end, 10);
+    if (*end != '\0')
+        return BPE_LONG_PIECE_DEFAULT;
+    return n == 0 || n > SIZE_MAX ? SIZE_MAX : (size_t)n;
+}
+
 static int build(bpe_tokenizer *tok, const bpe_spec *sp, size_t *bad)
 {
     size_t total, i;
@@ -286,6 +303,7 @@ static int build(bpe_tokenizer *tok, const bpe_spec *sp, size_t *bad)
     tok->ignore_merges = sp->ignore_merges != 0;
     tok->cache_capacity = sp->cache_capacity;
     tok->n_special = sp->n_special;
+    tok->long_min = long_piece_min();
     for (i = 0; i < 256; i++)
         tok->byte_id[i] = BPE_NO_ID;
     tok->bytes = malloc(total ? total : 1);
@@ -345,6 +363,7 @@ void bpe_tokenizer_free(bpe_tokenizer *tok)
     free(tok->special_tab);
     free(tok->pairs);
     free(tok->special_ids);
+    bpe_long_tables_free(tok->long_tables);
     free(tok);
 }
 

@@ -69,6 +69,10 @@ struct bpe_tokenizer {
     bpe_slot slots[BPE_N_SLOTS];  /* per-call work areas (word cache + merge scratch) */
 
     struct bpe_model *model;      /* the model options (model.h); NULL when all are off */
+    size_t long_min;              /* pieces of at least this many bytes try longpiece.c;
+                                     SIZE_MAX: never (BPE_CFFI_LONG_PIECE=0) */
+    int long_state;               /* BPE_LONG_* (longpiece.h); atomic, see longpiece.c */
+    struct bpe_long_tables *long_tables;   /* built lazily; valid once long_state is READY */
 };
 
 /* 64-bit hash of a byte string (our own multiply-xor mix; not cryptographic). */

@@ -1,0 +1,734 @@
+/*
+ * longpiece.c - exact byte-pair encoding of long pieces in near-linear time.
+ *
+ * The heap of merge.c costs O(n log n) with a cache miss at nearly every step, so one
+ * never-repeating 10 MB piece ran ~30x slower per byte than prose.  Pieces of at least
+ * tok->long_min bytes come here instead: a left-to-right search over token sequences that
+ * gives exactly the ids of merge.c.
+ *
+ * WHY IT IS EXACT.  BPE(s) is what merge.c computes: start from single-byte tokens, merge the
+ * adjacent pair of lowest rank, leftmost on ties, until none merges.  Whether two adjacent
+ * symbols merge (and at what rank, into what) depends only on their two ids, under both rules
+ * (the pair table, tokenizer.c).  A token sequence is "valid" if it is BPE of its own bytes; a
+ * token t is "usable" if [t] is valid.
+ *   Fact 1 (cutting).  Any run of consecutive tokens of BPE(s) is BPE of its own bytes: within
+ *   the run's span, BPE(s) makes exactly the merges inside the span, each one the lowest
+ *   (rank, position) candidate of all s, hence of the span; nothing merges across its ends.
+ *   Fact 2 (gluing).  If X+[y] and [y]+Z are valid (y a token), X+[y]+Z is valid.  Up to the
+ *   first merge across a border of y's span, BPE of the whole interleaves merges inside X, y
+ *   and Z, and the ones inside X and y follow the same rule (lower of the next merge of each
+ *   side) as BPE of X+[y] alone, which therefore meets the same crossing pair, at the same
+ *   state, as its lowest candidate: it would cross too.  Likewise for y|Z with [y]+Z.
+ * So a sequence is valid iff each adjacent pair is a valid pair (and a lone token is usable),
+ * and BPE(s) is the ONLY such sequence covering s: any search that finds a covering sequence of
+ * usable tokens with valid adjacent pairs returns BPE(s), whatever the vocabulary.
+ *
+ * THE SEARCH (backtracking).  ids[0..k) is a valid sequence covering p[0..pos); by uniqueness
+ * it is BPE(p[0..pos)), so a position is reached by one sequence only, and a position from
+ * which no completion exists stays a dead end (the bitmap `dead`).  At pos it tries the usable
+ * tokens matching there, longest first (the trie gives the longest, `shorter` the rest), and
+ * appends the first whose end is not dead and which forms a valid pair with ids[k-1]; when none
+ * does it marks pos dead, removes ids[k-1] and tries that token's shorter alternatives.  Each
+ * position is entered at most once: O(n x matches per position x pair check), and the longest
+ * match is nearly always right, so about one trie walk and one pair check per token.
+ *
+ * THE PAIR CHECK, and the one property of the vocabulary it needs.  A usable multi-byte token
+ * t has a split (left, right): BPE of its bytes ends by merging left + right at rank R(t)
+ * (level = R + 1; level 0 for single bytes); by Fact 1 both halves are usable, so each usable
+ * token has a merge tree.  Property M: for every usable t, R(t) > R(left) and R(t) > R(right).
+ * Under M, BPE of a token makes its tree's merges in increasing (rank, position) order (a
+ * merge not yet possible has a possible one of lower rank below it), and BPE of a + b (a, b
+ * usable) interleaves the merges of a and of b in that order until something crosses.  The
+ * crossing candidate is (P, Q): a's current last symbol, a node of a's right spine, and b's
+ * first, a node of b's left spine.  As the pending ranks only rise while P and Q stand, it
+ * merges iff it beats the next spine merge: rank(P, Q) < R of it when it is a's (a's merges
+ * lie to the left and win ties), rank(P, Q) <= R when it is b's; and a + b itself must not
+ * merge.  pair_ok walks the two spines back from (a, b), undoing the later spine merge first
+ * (b's on equal ranks): 1 + depth(a's right spine) + depth(b's left spine) pair-table probes.
+ * Every token is classified on first use as a candidate (classify: the plain quadratic BPE of
+ * its bytes, which also yields the split, level and M-status of every token of its tree) and
+ * is GOOD (usable, M holds in its tree), UNUSABLE (skipped) or BAD (usable, M fails); meeting
+ * a BAD one marks the tokenizer UNSUPPORTED, and that piece and all later ones take the heap
+ * (the search has written nothing the heap does not overwrite).
+ * So does a vocabulary with a token longer than MAX_TOKEN.  gpt2 (merge list), cl100k_base and
+ * o200k_base satisfy M, with every token usable.  ignore_merges is decided before merging
+ * (encode.c), so it does not concern this file.
+ *
+ * PAIR PROBES SPARED (the pair table does not fit in cache; its probes were most of the time).
+ * A pair (P, Q) can merge only if P's bytes followed by Q's form a token; P ends where a ends,
+ * so those bytes are the text from P's start, and the trie walk from there (its `reach`, the
+ * longest prefix of the text that begins some token; memoised per position) rules out every
+ * Q longer than reach - len(P) without a probe.  Pairs of two single bytes, the most common
+ * probes, read a 256 x 256 table instead.  With the walk starting at a 65536-entry table of
+ * two-byte nodes, the search of 1 MB of random letters (cl100k, this loaded machine) went
+ * from ~0.6 s to ~0.1 s.
+ *
+ * TABLES (struct bpe_long_tables), built once per tokenizer on first use by the caller whose
+ * compare-and-swap moves tok->long_state from UNBUILT to BUILDING; callers that see BUILDING
+ * use the heap meanwhile; READY is stored with release order after the tables are complete.
+ * The trie holds every ordinary token, its nodes numbered breadth first with children in byte
+ * order, so the children of node k are nodes node[k].first .. node[k+1].first - 1 (node 0
+ * is the root); node[k].best is the longest token that is a prefix of the node's string, and
+ * a token's `shorter` is the next longest prefix token: together they list the candidates at
+ * a position.  Only tokens[].state and the fields it guards change afterwards, each token at
+ * most once, by a caller holding fill_lock (a spinlock: a token costs microseconds), and they
+ * are published by a release store of the state, so readers take no lock.
+ */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "longpiece.h"
+#include "tokenizer.h"
+
+#define NONE UINT32_MAX
+#define MAX_TOKEN 1024        /* longest ordinary token the tables accept */
+#define LINEAR_CHILDREN 16    /* scan up to this many children of a trie node, else bisect */
+#define FILL_SPINS 100000     /* yields while waiting for fill_lock before declining a piece */
+
+/* States of a token (long_token.state). */
+#define TOK_UNKNOWN 0    /* not classified yet */
+#define TOK_GOOD 1       /* usable, and property M holds throughout its merge tree */
+#define TOK_UNUSABLE 2   /* BPE of its bytes is not [t]: never a candidate */
+#define TOK_BAD 3        /* usable, but M fails in its tree: the method is off for the tokenizer */
+
+/* What the long path knows about one ordinary id. */
+typedef struct long_token {
+    uint32_t left;      /* GOOD/BAD multi-byte tokens: BPE of the bytes ends merging left+right;
+                           a single-byte token: its byte */
+    uint32_t right;
+    uint32_t level;     /* rank of that last merge + 1; 0 for a single-byte token */
+    uint32_t shorter;   /* the longest token that is a proper prefix of this one, or NONE */
+    uint32_t len;       /* byte length */
+    uint32_t state;     /* TOK_*: written (release) under fill_lock, read with acquire; the
+                           fields above it are valid once it is not UNKNOWN */
+} long_token;
+
+/* One trie node. */
+typedef struct trie_node {
+    uint32_t first;   /* its children are nodes first .. (this + 1)->first - 1 */
+    uint32_t best;    /* the longest token that is a prefix of its string, NONE for the root */
+} trie_node;
+
+struct bpe_long_tables {
+    long_token *tokens;   /* id_limit entries; len and shorter set at build */
+    uint32_t root[256];   /* the trie node of each one-byte string, NONE if not in the trie */
+    uint32_t *byte_rank;  /* 65536 entries: rank of merging the tokens of two bytes (first byte
+                             high), NONE if they do not merge; most probes of a pair check
+                             are of two bytes, and this table stays in cache */
+    uint32_t *node2;      /* 65536 entries: the node of each two-byte string (first byte high),
+                             NONE if not in the trie; the walk starts there, skipping the two
+                             widest levels (their bisections were half of the walk's
+                             mispredicted branches) */
+    trie_node *node;      /* n_nodes + 1 entries (first and best side by side: one cache line
+                             per step of a walk) */
+    uint8_t *label;       /* n_nodes: the last byte of each node's string */
+    size_t n_nodes;
+    int fill_lock;        /* 1 while a caller classifies tokens (atomic exchange) */
+    uint32_t *sym;        /* classifier work arrays, MAX_TOKEN entries each, used under */
+    uint32_t *sym_level;  /* fill_lock: a symbol's id and level, */
+    uint8_t *sym_good;    /* whether M holds in its tree, */
+    uint32_t *pair_rank;  /* and the rank and result of the pair it starts */
+    uint32_t *pair_nid;
+};
+
+void bpe_long_tables_free(bpe_long_tables *t)
+{
+    if (t == NULL)
+        return;
+    free(t->tokens);
+    free(t->node);
+    free(t->label);
+    free(t->node2);
+    free(t->byte_rank);
+    free(t->sym);
+    free(t);
+}
+
+/* ---- classifying a token (lazily, under fill_lock) --------------------------------------- */
+
+static void sim_pair(const bpe_tokenizer *tok, bpe_long_tables *t, size_t i)
+{
+    const bpe_pair_entry *e = bpe_pair_find(tok, t->sym[i], t->sym[i + 1]);
+    t->pair_rank[i] = e ? e->rank : NONE;
+    t->pair_nid[i] = e ? e->new_id : 0;
+}
+
+/* Symbols i and i+1 of the simulation merge (of m); the new token is recorded if unknown:
+ * every symbol BPE ever forms is usable (the merges inside its span so far are those of BPE of
+ * its own bytes, which has reached one symbol), and its split is this merge. */
+static void sim_merge(bpe_long_tables *t, size_t i, size_t m)
+{
+    uint32_t y = t->pair_nid[i], level = t->pair_rank[i] + 1;
+    int good = t->sym_good[i] && t->sym_good[i + 1] && level > t->sym_level[i] &&
+               level > t->sym_level[i + 1];
+    long_token *e = &t->tokens[y];
+    size_t j;
+    if (e->state == TOK_UNKNOWN) {
+        e->left = t->sym[i];
+        e->right = t->sym[i + 1];
+        e->level = level;
+        __atomic_store_n(&e->state, good ? TOK_GOOD : TOK_BAD, __ATOMIC_RELEASE);
+    }
+    t->sym[i] = y;
+    t->sym_level[i] = level;
+    t->sym_good[i] = (uint8_t)good;
+    for (j = i + 1; j + 1 < m; j++) {
+        t->sym[j] = t->sym[j + 1];
+        t->sym_level[j] = t->sym_level[j + 1];
+        t->sym_good[j] = t->sym_good[j + 1];
+        t->pair_rank[j] = t->pair_rank[j + 1];
+        t->pair_nid[j] = t->pair_nid[j + 1];
+    }
+}
+
+/* Runs BPE on token x's bytes by the plain rule (scan for the lowest rank, leftmost), which
+ * records x and the tokens of its tree; x is UNUSABLE if the result is not [x]. */
+static void classify(const bpe_tokenizer *tok, bpe_long_tables *t, uint32_t x)
+{
+    const uint8_t *p = tok->bytes + tok->by_id[x].off;
+    size_t m = tok->by_id[x].len, i, b;
+    for (i = 0; i < m; i++) {
+        if ((t->sym[i] = tok->byte_id[p[i]]) == BPE_NO_ID) {
+            m = 0;   /* a byte without a token: BPE never forms x */
+            break;
+        }
+        t->sym_level[i] = 0;
+        t->sym_good[i] = 1;
+    }
+    for (i = 0; i + 1 < m; i++)
+        sim_pair(tok, t, i);
+    while (m > 1) {
+        uint32_t best = NONE;
+        for (i = 0, b = 0; i + 1 < m; i++)
+            if (t->pair_rank[i] < best) {
+                best = t->pair_rank[i];
+                b = i;
+            }
+        if (best == NONE)
+            break;
+        sim_merge(t, b, m--);
+        if (b + 1 < m)
+            sim_pair(tok, t, b);
+        if (b > 0)
+            sim_pair(tok, t, b - 1);
+    }
+    if (t->tokens[x].state == TOK_UNKNOWN)
+        __atomic_store_n(&t->tokens[x].state, TOK_UNUSABLE, __ATOMIC_RELEASE);
+}
+
+/* The state of token x, classifying it first if needed; TOK_UNKNOWN only when fill_lock stayed
+ * busy for FILL_SPINS yields (a token takes microseconds: its holder vanished in fork()). */
+static uint32_t token_state(const bpe_tokenizer *tok, const bpe_long_tables *ct, uint32_t x)
+{
+    bpe_long_tables *t = (bpe_long_tables *)ct;   /* the states are its lazily filled part */
+    uint32_t st = __atomic_load_n(&t->tokens[x].state, __ATOMIC_ACQUIRE);
+    long i;
+    if (st != TOK_UNKNOWN)
+        return st;
+    for (i = 0; i < FILL_SPINS; i++) {
+        if (!__atomic_load_n(&t->fill_lock, __ATOMIC_RELAXED) &&
+            !__atomic_exchange_n(&t->fill_lock, 1, __ATOMIC_ACQUIRE))
+            break;
+        sched_yield();
+    }
+    if (i == FILL_SPINS)
+        return TOK_UNKNOWN;
+    if (t->tokens[x].state == TOK_UNKNOWN)
+        classify(tok, t, x);
+    st = t->tokens[x].state;
+    __atomic_store_n(&t->fill_lock, 0, __ATOMIC_RELEASE);
+    return st;
+}
+
+/* ---- building: the sorted tokens --------------------------------------------------------- */
+
+static int is_ordinary(const bpe_tokenizer *tok, uint32_t id)
+{
+    return tok->by_id[id].len != 0 && tok->is_special[id] != 1;
+}
+
+/* One ordinary token, for sorting. */
+typedef struct entry {
+    const uint8_t *p;   /* the token's bytes */
+    uint32_t len;
+    uint32_t id;
+} entry;
+
+static int entry_cmp(const void *x, const void *y)
+{
+    const entry *a = x, *b = y;
+    int c = memcmp(a->p, b->p, a->len < b->len ? a->len : b->len);
+    if (c != 0)
+        return c;
+    return a->len < b->len ? -1 : a->len > b->len;
+}
+
+/* The ordinary tokens into a new array *out of *count entries (free it); BPE_LONG_DECLINED if
+ * a token is longer than MAX_TOKEN. */
+static int list_tokens(const bpe_tokenizer *tok, entry **out, size_t *count)
+{
+    size_t n = 0;
+    uint32_t id;
+    entry *ent;
+    for (id = 0; id < tok->id_limit; id++) {
+        if (!is_ordinary(tok, id))
+            continue;
+        if (tok->by_id[id].len > MAX_TOKEN)
+            return BPE_LONG_DECLINED;
+        n++;
+    }
+    if ((ent = malloc((n ? n : 1) * sizeof *ent)) == NULL)
+        return BPE_ERR_NOMEM;
+    for (n = 0, id = 0; id < tok->id_limit; id++)
+        if (is_ordinary(tok, id)) {
+            ent[n].p = tok->bytes + tok->by_id[id].off;
+            ent[n].len = tok->by_id[id].len;
+            ent[n].id = id;
+            n++;
+        }
+    *out = ent;
+    *count = n;
+    return BPE_OK;
+}
+
+/* The first eight bytes of a token, big-endian, zero-padded: their order is the bytes' order
+ * except between strings that agree on them. */
+static uint64_t prefix8(const entry *e)
+{
+    uint64_t k = 0;
+    size_t i;
+    for (i = 0; i < 8; i++)
+        k = k << 8 | (i < e->len ? e->p[i] : 0);
+    return k;
+}
+
+/* One pass of the radix sort: by byte `shift / 8` of the keys, stably, from (k, x) to (k2, x2). */
+static void radix_pass(const uint64_t *k, const uint32_t *x, uint64_t *k2, uint32_t *x2,
+                       size_t n, int shift)
+{
+    size_t count[256] = {0}, i, sum = 0;
+    for (i = 0; i < n; i++)
+        count[(k[i] >> shift) & 255]++;
+    for (i = 0; i < 256; i++) {
+        size_t c = count[i];
+        count[i] = sum;
+        sum += c;
+    }
+    for (i = 0; i < n; i++) {
+        size_t j = count[(k[i] >> shift) & 255]++;
+        k2[j] = k[i];
+        x2[j] = x[i];
+    }
+}
+
+/* Sorts ent[0..n) by bytes, a prefix before its extensions: a radix sort on the first eight
+ * bytes (a comparison sort of 10^5 tokens with memcmp took ~0.2 s), then qsort inside each
+ * run of entries that agree on them. */
+static int sort_entries(entry *ent, size_t n)
+{
+    uint64_t *k = malloc(2 * (n ? n : 1) * sizeof *k);
+    uint32_t *x = malloc(2 * (n ? n : 1) * sizeof *x);
+    entry *tmp = malloc((n ? n : 1) * sizeof *tmp);
+    size_t i, j;
+    int shift;
+    if (k == NULL || x == NULL || tmp == NULL) {
+        free(k);
+        free(x);
+        free(tmp);
+        return BPE_ERR_NOMEM;
+    }
+    for (i = 0; i < n; i++) {
+        k[i] = prefix8(&ent[i]);
+        x[i] = (uint32_t)i;
+    }
+    for (shift = 0; shift < 64; shift += 16) {   /* two byte passes per round: back in k, x */
+        radix_pass(k, x, k + n, x + n, n, shift);
+        radix_pass(k + n, x + n, k, x, n, shift + 8);
+    }
+    for (i = 0; i < n; i++)
+        tmp[i] = ent[x[i]];
+    memcpy(ent, tmp, n * sizeof *ent);
+    for (i = 0; i < n; i = j) {
+        for (j = i + 1; j < n && k[j] == k[i]; j++)
+            ;
+        if (j - i > 1)
+            qsort(ent + i, j - i, sizeof *ent, entry_cmp);
+    }
+    free(k);
+    free(x);
+    free(tmp);
+    return BPE_OK;
+}
+
+/* ---- building: the trie of all ordinary tokens ------------------------------------------- */
+
+/* Trie construction state: each sorted token's node at the current depth; `active` lists the
+ * tokens at least as long as the depth, in byte order. */
+typedef struct trie_build {
+    const entry *ent;
+    uint32_t *node;     /* per entry: the node of its prefix of the current depth */
+    uint32_t *active;   /* entry indexes */
+    size_t n_active;
+} trie_build;
+
+/* Adds the nodes of depth d (strings of d bytes), children in byte order after their parents;
+ * sets best[] and the tokens' len and shorter. */
+static void add_depth(bpe_long_tables *t, trie_build *b, size_t d)
+{
+    uint32_t prev_parent = NONE, node = NONE;
+    int prev_label = -1;
+    size_t i, m = 0;
+    for (i = 0; i < b->n_active; i++) {
+        uint32_t k = b->active[i], parent = b->node[k];
+        const entry *e = &b->ent[k];
+        int c = e->p[d - 1];
+        if (parent != prev_parent || c != prev_label) {
+            node = (uint32_t)t->n_nodes++;
+            t->label[node] = (uint8_t)c;
+            t->node[node].best = t->node[parent].best;
+            if (t->node[parent].first == NONE)
+                t->node[parent].first = node;
+            prev_parent = parent;
+            prev_label = c;
+        }
+        b->node[k] = node;
+        if (e->len > d) {
+            b->active[m++] = k;
+        } else {
+            t->node[node].best = e->id;
+            t->tokens[e->id].shorter = t->node[parent].best;
+            t->tokens[e->id].len = e->len;
+        }
+    }
+    b->n_active = m;
+}
+
+static int fill_node2(bpe_long_tables *t)
+{
+    size_t i, c;
+    if ((t->node2 = malloc(65536 * sizeof *t->node2)) == NULL)
+        return BPE_ERR_NOMEM;
+    for (i = 0; i < 65536; i++)
+        t->node2[i] = NONE;
+    for (c = 0; c < 256; c++)
+        if (t->root[c] != NONE)
+            for (i = t->node[t->root[c]].first; i < t->node[t->root[c] + 1].first; i++)
+                t->node2[c << 8 | t->label[i]] = (uint32_t)i;
+    return BPE_OK;
+}
+
+static int build_trie(bpe_long_tables *t, const entry *ent, size_t n)
+{
+    trie_build b;
+    size_t i, total = 1, d;
+    int rc = BPE_ERR_NOMEM;
+    for (i = 0; i < n; i++)
+        total += ent[i].len;
+    b.ent = ent;
+    b.node = malloc((n ? n : 1) * sizeof *b.node);
+    b.active = malloc((n ? n : 1) * sizeof *b.active);
+    if (b.node && b.active && total < NONE) {
+        t->node = malloc((total + 1) * sizeof *t->node);
+        t->label = malloc(total);
+    }
+    if (t->node && t->label) {
+        for (i = 0; i < n; i++) {
+            b.node[i] = 0;
+            b.active[i] = (uint32_t)i;
+        }
+        for (i = 0; i <= total; i++)
+            t->node[i].first = NONE;
+        b.n_active = n;
+        t->n_nodes = 1;
+        t->node[0].best = NONE;
+        for (d = 1; b.n_active > 0; d++)
+            add_depth(t, &b, d);
+        t->node[t->n_nodes].first = (uint32_t)t->n_nodes;
+        for (i = t->n_nodes; i-- > 0;)
+            if (t->node[i].first == NONE)
+                t->node[i].first = t->node[i + 1].first;
+        for (i = 0; i < 256; i++)
+            t->root[i] = NONE;
+        for (i = t->node[0].first; i < t->node[1].first; i++)
+            t->root[t->label[i]] = (uint32_t)i;
+        rc = fill_node2(t);
+    }
+    free(b.node);
+    free(b.active);
+    return rc;
+}
+
+static int fill_byte_rank(const bpe_tokenizer *tok, bpe_long_tables *t)
+{
+    size_t a, b;
+    if ((t->byte_rank = malloc(65536 * sizeof *t->byte_rank)) == NULL)
+        return BPE_ERR_NOMEM;
+    for (a = 0; a < 256; a++)
+        for (b = 0; b < 256; b++) {
+            const bpe_pair_entry *e = NULL;
+            if (tok->byte_id[a] != BPE_NO_ID && tok->byte_id[b] != BPE_NO_ID)
+                e = bpe_pair_find(tok, tok->byte_id[a], tok->byte_id[b]);
+            t->byte_rank[a << 8 | b] = e ? e->rank : NONE;
+        }
+    return BPE_OK;
+}
+
+/* BPE_OK with *out set; BPE_ERR_NOMEM; BPE_LONG_DECLINED for an unsupported vocabulary. */
+static int build_tables(const bpe_tokenizer *tok, bpe_long_tables **out)
+{
+    bpe_long_tables *t = calloc(1, sizeof *t);
+    size_t lim = tok->id_limit ? tok->id_limit : 1, count = 0, i;
+    entry *ent = NULL;
+    int rc = BPE_ERR_NOMEM;
+    if (t != NULL && (t->tokens = calloc(lim, sizeof *t->tokens)) != NULL &&
+        (t->sym = malloc(4 * MAX_TOKEN * sizeof *t->sym + MAX_TOKEN)) != NULL)
+        rc = fill_byte_rank(tok, t);
+    if (rc == BPE_OK && (rc = list_tokens(tok, &ent, &count)) == BPE_OK &&
+        (rc = sort_entries(ent, count)) == BPE_OK)
+        rc = build_trie(t, ent, count);
+    free(ent);
+    if (rc != BPE_OK) {
+        bpe_long_tables_free(t);
+        return rc;
+    }
+    t->sym_level = t->sym + MAX_TOKEN;
+    t->pair_rank = t->sym_level + MAX_TOKEN;
+    t->pair_nid = t->pair_rank + MAX_TOKEN;
+    t->sym_good = (uint8_t *)(t->pair_nid + MAX_TOKEN);
+    for (i = 0; i < 256; i++)
+        if (tok->byte_id[i] != BPE_NO_ID) {
+            t->tokens[tok->byte_id[i]].state = TOK_GOOD;   /* level 0, no split */
+            t->tokens[tok->byte_id[i]].left = (uint32_t)i;
+        }
+    *out = t;
+    return BPE_OK;
+}
+
+/* The tables, building them if this caller is the first; NULL when unavailable. */
+static const bpe_long_tables *tables(const bpe_tokenizer *ctok)
+{
+    bpe_tokenizer *tok = (bpe_tokenizer *)ctok;   /* long_state/long_tables: the lazy part */
+    bpe_long_tables *t = NULL;
+    int expected = BPE_LONG_UNBUILT, rc;
+    int st = __atomic_load_n(&tok->long_state, __ATOMIC_ACQUIRE);
+    if (st == BPE_LONG_READY)
+        return tok->long_tables;
+    if (st != BPE_LONG_UNBUILT ||
+        !__atomic_compare_exchange_n(&tok->long_state, &expected, BPE_LONG_BUILDING, 0,
+                                     __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        return NULL;
+    rc = build_tables(tok, &t);
+    if (rc == BPE_OK)
+        tok->long_tables = t;
+    st = rc == BPE_OK ? BPE_LONG_READY
+                      : rc == BPE_LONG_DECLINED ? BPE_LONG_UNSUPPORTED : BPE_LONG_UNBUILT;
+    __atomic_store_n(&tok->long_state, st, __ATOMIC_RELEASE);
+    return t;
+}
+
+/* ---- encoding ---------------------------------------------------------------------------- */
+
+/* The piece being encoded, with a memo of trie walks. */
+typedef struct piece {
+    const uint8_t *p;
+    size_t n;
+    uint16_t *reach;   /* n + 1 entries: reach[i] = length of the longest prefix of p[i..n)
+                          that begins some token (from a trie walk), 0 until computed */
+} piece;
+
+static uint32_t longest(const bpe_long_tables *t, const uint8_t *p, size_t n, size_t *reach);
+
+static size_t reach_at(const bpe_long_tables *t, piece *w, size_t i)
+{
+    if (w->reach[i] == 0) {
+        size_t r;
+        longest(t, w->p + i, w->n - i, &r);
+        w->reach[i] = (uint16_t)r;
+    }
+    return w->reach[i];
+}
+
+/* rank_at for p, q not both single bytes: no probe when p's bytes and q's (the text from
+ * end - len p on) begin no token. */
+static uint32_t rank_far(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w,
+                         size_t end, uint32_t p, uint32_t q)
+{
+    const long_token *tk = t->tokens;
+    const bpe_pair_entry *e;
+    if (tk[p].len + tk[q].len > reach_at(t, w, end - tk[p].len))
+        return NONE;
+    e = bpe_pair_find(tok, p, q);
+    return e ? e->rank : NONE;
+}
+
+/* The rank of merging tokens p, q (levels lp, lq), p ending at text position end; NONE if
+ * they do not merge. */
+static inline uint32_t rank_at(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w,
+                               size_t end, uint32_t p, uint32_t q, uint32_t lp, uint32_t lq)
+{
+    if ((lp | lq) == 0)
+        return t->byte_rank[t->tokens[p].left << 8 | t->tokens[q].left];
+    return rank_far(tok, t, w, end, p, q);
+}
+
+/* 1 if the GOOD tokens a, b (a ends at text position end) form a valid pair: BPE of a's bytes
+ * then b's is [a, b]. */
+static int pair_ok(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w, size_t end,
+                   uint32_t a, uint32_t b)
+{
+    const long_token *tk = t->tokens;
+    uint32_t la = tk[a].level, lb = tk[b].level;
+    if (rank_at(tok, t, w, end, a, b, la, lb) != NONE)
+        return 0;
+    for (;;) {
+        if (lb >= la) {             /* b's last spine merge is the later one */
+            uint32_t r = lb - 1;    /* its rank */
+            if (lb == 0)
+                return 1;           /* both single bytes: nothing left to undo */
+            b = tk[b].left;
+            lb = tk[b].level;
+            if (rank_at(tok, t, w, end, a, b, la, lb) <= r)
+                return 0;
+        } else {
+            uint32_t r = la - 1;
+            a = tk[a].right;
+            la = tk[a].level;
+            if (rank_at(tok, t, w, end, a, b, la, lb) < r)
+                return 0;
+        }
+    }
+}
+
+/* The child of node with byte c, or NONE. */
+static uint32_t child(const bpe_long_tables *t, uint32_t node, uint8_t c)
+{
+    uint32_t lo = t->node[node].first, hi = t->node[node + 1].first;
+    if (hi - lo <= LINEAR_CHILDREN) {
+        for (; lo < hi; lo++)
+            if (t->label[lo] >= c)
+                return t->label[lo] == c ? lo : NONE;
+        return NONE;
+    }
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (t->label[mid] < c)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < t->node[node + 1].first && t->label[lo] == c ? lo : NONE;
+}
+
+/* The longest usable token that is a prefix of p[0..n) (n > 0, p[0] has a single-byte token);
+ * *reach is the length of the longest prefix of p[0..n) that is a prefix of some token. */
+static uint32_t longest(const bpe_long_tables *t, const uint8_t *p, size_t n, size_t *reach)
+{
+    uint32_t node, next;
+    size_t i = 2;
+    if (n < 2 || (node = t->node2[(uint32_t)p[0] << 8 | p[1]]) == NONE) {
+        node = t->root[p[0]];
+        i = 1;
+    }
+    for (; i < n && (next = child(t, node, p[i])) != NONE; i++)
+        node = next;
+    *reach = i;
+    return t->node[node].best;
+}
+
+static int is_dead(const uint64_t *dead, size_t i)
+{
+    return (int)(dead[i >> 6] >> (i & 63)) & 1;
+}
+
+/* The longest token at text position i (NONE if none), noting the walk's reach. */
+static uint32_t candidates_at(const bpe_long_tables *t, piece *w, size_t i)
+{
+    size_t r;
+    uint32_t best = longest(t, w->p + i, w->n - i, &r);
+    w->reach[i] = (uint16_t)r;
+    return best;
+}
+
+/* The backtracking search (see the top of the file); every byte of w->p has a single-byte
+ * token. */
+static int search(const bpe_tokenizer *tok, const bpe_long_tables *t, uint64_t *dead,
+                  piece *w, uint32_t *ids, size_t *n_ids)
+{
+    const long_token *tk = t->tokens;
+    size_t k = 0, pos = 0;
+    uint32_t cand = candidates_at(t, w, 0);
+    for (;;) {
+        while (cand != NONE) {
+            size_t end = pos + tk[cand].len;
+            uint32_t st = token_state(tok, t, cand);
+            if (st == TOK_BAD || st == TOK_UNKNOWN)
+                return BPE_LONG_DECLINED;
+            if (st == TOK_GOOD && !is_dead(dead, end) &&
+                (k == 0 || pair_ok(tok, t, w, pos, ids[k - 1], cand)))
+                break;
+            cand = tk[cand].shorter;
+        }
+        if (cand != NONE) {
+            ids[k++] = cand;
+            pos += tk[cand].len;
+            if (pos == w->n)
+                break;
+            cand = candidates_at(t, w, pos);
+            continue;
+        }
+        dead[pos >> 6] |= (uint64_t)1 << (pos & 63);
+        if (k == 0)
+            return BPE_LONG_DECLINED;   /* impossible by Facts 1-2; the heap would decide */
+        cand = ids[--k];
+        pos -= tk[cand].len;
+        cand = tk[cand].shorter;
+    }
+    *n_ids = k;
+    return BPE_OK;
+}
+
+int bpe_long_merge(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint8_t *p, size_t n,
+                   uint32_t *ids, size_t *n_ids)
+{
+    const bpe_long_tables *t = tables(tok);
+    size_t words = n / 64 + 1, i;
+    piece w;
+    int rc;
+    if (t == NULL)
+        return BPE_LONG_DECLINED;
+    if (n >= (size_t)UINT32_MAX)
+        return BPE_ERR_TOOBIG;
+    for (i = 0; i < n; i++)
+        if (tok->byte_id[p[i]] == BPE_NO_ID)
+            return BPE_ERR_NOBYTE;
+    if (words > s->dead_cap) {
+        uint64_t *d = malloc(words * sizeof *d);
+        if (d == NULL)
+            return BPE_ERR_NOMEM;
+        free(s->dead);
+        s->dead = d;
+        s->dead_cap = words;
+    }
+    if (n + 1 > s->reach_cap) {
+        uint16_t *r = malloc((n + 1) * sizeof *r);
+        if (r == NULL)
+            return BPE_ERR_NOMEM;
+        free(s->reach);
+        s->reach = r;
+        s->reach_cap = n + 1;
+    }
+    memset(s->dead, 0, words * sizeof *s->dead);
+    memset(s->reach, 0, (n + 1) * sizeof *s->reach);
+    w.p = p;
+    w.n = n;
+    w.reach = s->reach;
+    rc = search(tok, t, s->dead, &w, ids, n_ids);
+    if (rc == BPE_LONG_DECLINED) {
+        /* A token breaks M, or fill_lock stayed busy (a holder gone in fork()), or the
+         * impossible: the heap, now and from now on. */
+        __atomic_store_n(&((bpe_tokenizer *)tok)->long_state, BPE_LONG_UNSUPPORTED,
+                         __ATOMIC_RELEASE);
+    }
+    return rc;
+}

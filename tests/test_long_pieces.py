@@ -1,0 +1,315 @@
+"""Long pieces (csrc/longpiece.c) give exactly the ids of the heap path (merge.c) and of the
+references: tiktoken for the real vocabularies, slow pure-Python BPE for small random ones.
+
+The environment variable BPE_CFFI_LONG_PIECE, read when a tokenizer is built, sets the shortest
+piece that takes the long path (0: never), so one process holds both a "long" and a "heap"
+tokenizer of the same vocabulary; random small vocabularies use a tiny threshold so that every
+piece of a few bytes takes the long path.  Some of those vocabularies break property M (the
+ranks of a merge tree grow towards the root), which sends their pieces back to the heap: the
+test counts them, so the fallback is exercised, and checks their ids all the same.
+
+References never come from the code under test.  BPE_CFFI_LONG=1 adds 10 MB pieces and more
+seeds.
+"""
+import base64
+import json
+import random
+import threading
+
+import pytest
+
+from bpe_cffi._native import lib
+from conftest import LONG, tiktoken_encoding, vocab_path
+from test_c_core import (PATTERN_ID, CError, CTok, gpt2_byte_decoder, random_merge_vocab,
+                         random_tiktoken_vocab, ref_merges, ref_tiktoken)
+
+NAMES = ["gpt2", "cl100k_base", "o200k_base"]
+LETTERS = b"abcdefghijklmnopqrstuvwxyz"
+EMOJI = ["😀", "🏳️‍🌈", "👍🏽", "🇫🇷", "🤖", "❤️", "👨‍👩‍👧‍👦", "🙂"]
+
+
+def with_threshold(monkeypatch, threshold, build):
+    """build() with BPE_CFFI_LONG_PIECE=threshold in the environment."""
+    with monkeypatch.context() as m:
+        m.setenv("BPE_CFFI_LONG_PIECE", str(threshold))
+        return build()
+
+
+def real_ctok(name, pattern=0):
+    """A CTok of a real vocabulary, built fresh (the environment is read at build)."""
+    tiktoken_encoding(name)   # puts offline_tiktoken on sys.path (or skips)
+    if name == "gpt2":
+        dec = gpt2_byte_decoder()
+        vocab = json.loads(vocab_path("gpt2_vocab.json").read_text(encoding="utf-8"))
+        tokens = [(bytes(dec[c] for c in t), i) for t, i in vocab.items() if t != "<|endoftext|>"]
+        merges = []
+        for line in vocab_path("gpt2_merges.txt").read_text(encoding="utf-8").splitlines():
+            if line and not line.startswith("#version"):
+                a, b = line.split(" ")
+                merges.append((vocab[a], vocab[b]))
+        return CTok(tokens, lib.BPE_RULE_MERGES, merges, pattern=pattern).ok()
+    ranks = {}
+    for line in vocab_path(f"{name}.tiktoken").read_bytes().splitlines():
+        if line:
+            t, r = line.split()
+            ranks[base64.b64decode(t)] = int(r)
+    return CTok(list(ranks.items()), lib.BPE_RULE_TIKTOKEN, pattern=pattern,
+                ignore_merges=1).ok()
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    """name -> (long-path tokenizer with threshold 64, heap-only tokenizer, tiktoken)."""
+    mp = pytest.MonkeyPatch()
+    out = {}
+
+    def get(name):
+        if name not in out:
+            enc = tiktoken_encoding(name)
+            out[name] = (with_threshold(mp, 64, lambda: real_ctok(name)),
+                         with_threshold(mp, 0, lambda: real_ctok(name)), enc)
+        return out[name]
+    yield get
+    for a, b, _ in out.values():
+        a.close()
+        b.close()
+
+
+def random_word(rng, alphabet, n):
+    return bytes(rng.choice(alphabet) for _ in range(n))
+
+
+def emoji_run(rng, n):
+    out = b""
+    while len(out) < n:
+        out += rng.choice(EMOJI).encode()
+    return out
+
+
+def long_pieces(rng):
+    """(label, piece) of the kinds the issue names, at several lengths."""
+    sizes = [1000, 4096, 20_000, 100_000, 1_000_000] + ([10_000_000] if LONG else [])
+    out = [(f"letters {n}", random_word(rng, LETTERS, n)) for n in sizes]
+    for alpha in [b"ab", b"abc", b"abcd", b"ba", b"xyzw"]:
+        out.append((f"alphabet {alpha!r}", random_word(rng, alpha, 30_000)))
+    for ch in [b"a", b" ", b"^", b"\n", b"0", b"\xe4"]:
+        out.append((f"repeated {ch!r}", ch * 50_000))
+    out.append(("emoji", emoji_run(rng, 60_000)))
+    out.append(("digits", random_word(rng, b"0123456789", 20_000)))
+    out.append(("whitespace mix", random_word(rng, b" \t\n\r", 20_000)))
+    out.append(("random bytes", bytes(rng.randrange(256) for _ in range(20_000))))
+    out.append(("repeated word", b"information" * 3000))
+    return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_long_pieces_equal_heap_and_tiktoken(pairs, name):
+    long_tok, heap_tok, enc = pairs(name)
+    rng = random.Random(7)
+    for label, piece in long_pieces(rng):
+        got = long_tok.pieces([piece])
+        assert got == heap_tok.pieces([piece]), label
+        if len(piece) <= 20_000:   # tiktoken's single-piece merge is quadratic
+            assert got == enc._encode_single_piece(piece), label
+        else:
+            head = piece[:8192]
+            assert long_tok.pieces([head]) == enc._encode_single_piece(head), label
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_many_lengths_of_random_letters(pairs, name):
+    """Lengths around the threshold and up to tens of KB, vs tiktoken."""
+    long_tok, _, enc = pairs(name)
+    rng = random.Random(11)
+    for n in [63, 64, 65, 100, 257, 1000, 1023, 2049, 5000, 9999]:
+        for alpha in [LETTERS, b"ab", b"abc", b"etaoin shrdlu"]:
+            piece = random_word(rng, alpha, n)
+            assert long_tok.pieces([piece]) == enc._encode_single_piece(piece), (n, alpha)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_encode_text_with_long_words(pairs, name):
+    """Through the pre-tokenizer: prose with huge words in it (default threshold 4096)."""
+    enc = tiktoken_encoding(name)
+    mp = pytest.MonkeyPatch()
+    tok = with_threshold(mp, 4096, lambda: real_ctok(name, PATTERN_ID[name]))
+    heap_tok = with_threshold(mp, 0, lambda: real_ctok(name, PATTERN_ID[name]))
+    rng = random.Random(3)
+    text = b" ".join([b"Some text", random_word(rng, LETTERS, 30_000), b"and then",
+                      emoji_run(rng, 9000), b"1234567 " * 10, b" " * 5000, b"end"])
+    expect = enc.encode_ordinary(text.decode())
+    assert tok.encode(text) == expect
+    assert heap_tok.encode(text) == expect
+    tok.close()
+    heap_tok.close()
+
+
+# ---- small random vocabularies ---------------------------------------------------------------
+
+def ref_bpe(piece, pair_rank, ids):
+    """Plain BPE: merge the adjacent pair of lowest rank (pair_rank(a, b) -> rank or None),
+    leftmost on ties, until none merges; ids maps bytes to ids."""
+    parts = [piece[i:i + 1] for i in range(len(piece))]
+    while True:
+        best = None
+        for i in range(len(parts) - 1):
+            r = pair_rank(parts[i], parts[i + 1])
+            if r is not None and (best is None or r < best[0]):
+                best = (r, i)
+        if best is None:
+            return [ids[p] for p in parts]
+        i = best[1]
+        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+
+
+def tree_violates_m(pair_rank, token_bytes):
+    """True if some token BPE forms has a merge ranked no higher than a merge below it (property
+    M fails), by a plain simulation of BPE on every token's bytes.  pair_rank(a, b) gives the
+    rank of merging byte strings a, b, or None."""
+    for t in token_bytes:
+        parts = [(t[i:i + 1], 0) for i in range(len(t))]   # (bytes, level)
+        while len(parts) > 1:
+            best = None
+            for i in range(len(parts) - 1):
+                r = pair_rank(parts[i][0], parts[i + 1][0])
+                if r is not None and (best is None or r < best[0]):
+                    best = (r, i)
+            if best is None:
+                break
+            r, i = best
+            (a, la), (b, lb) = parts[i], parts[i + 1]
+            if r + 1 <= la or r + 1 <= lb:
+                return True
+            parts[i:i + 2] = [(a + b, r + 1)]
+    return False
+
+
+SEEDS = range(40 if not LONG else 400)
+COUNTS = {"merges": [0, 0], "tiktoken": [0, 0]}   # [vocabs satisfying M, vocabs breaking it]
+
+
+def check_random_vocab(tok, heap, rng, alphabet, reference):
+    pieces = [random_word(rng, alphabet, rng.choice([2, 3, 5, 9, 17, 40, 120, 400]))
+              for _ in range(30)]
+    expect = [i for p in pieces for i in reference(p)]
+    assert tok.pieces(pieces) == expect
+    big = [random_word(rng, alphabet, 20_000), alphabet[:1] * 5000]
+    assert tok.pieces(big) == heap.pieces(big)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_merge_vocab(monkeypatch, seed):
+    rng = random.Random(5000 + seed)
+    alphabet = bytes(rng.sample(b"abcde xyz", rng.randrange(2, 6)))
+    vocab, merges, merge_rank = random_merge_vocab(rng, alphabet, rng.randrange(1, 60))
+    if seed % 2:   # shuffled ranks: merge trees whose ranks do not grow upwards
+        order = list(range(len(merges)))
+        rng.shuffle(order)
+        merges = [merges[i] for i in order]
+        merge_rank = {}
+        inv = {i: b for b, i in vocab.items()}
+        for k, (a, b) in enumerate(merges):
+            merge_rank.setdefault((inv[a], inv[b]), k)
+    build = lambda: CTok(list(vocab.items()), lib.BPE_RULE_MERGES, merges,
+                         cache=rng.choice([0, 64])).ok()
+    tok, heap = with_threshold(monkeypatch, 2, build), with_threshold(monkeypatch, 0, build)
+    COUNTS["merges"][tree_violates_m(lambda a, b: merge_rank.get((a, b)), vocab)] += 1
+    check_random_vocab(tok, heap, rng, alphabet,
+                       lambda p: ref_bpe(p, lambda a, b: merge_rank.get((a, b)), vocab))
+    tok.close()
+    heap.close()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_tiktoken_vocab(monkeypatch, seed):
+    rng = random.Random(9000 + seed)
+    alphabet = bytes(rng.sample(b"abcde xyz", rng.randrange(2, 6)))
+    ranks = random_tiktoken_vocab(rng, alphabet, rng.randrange(1, 80))
+    ignore = rng.randrange(2)
+    build = lambda: CTok(list(ranks.items()), lib.BPE_RULE_TIKTOKEN, ignore_merges=ignore,
+                         cache=rng.choice([0, 64])).ok()
+    tok, heap = with_threshold(monkeypatch, 2, build), with_threshold(monkeypatch, 0, build)
+    COUNTS["tiktoken"][tree_violates_m(lambda a, b: ranks.get(a + b), ranks)] += 1
+    check_random_vocab(tok, heap, rng, alphabet, lambda p: ref_tiktoken(p, ranks, ignore))
+    tok.close()
+    heap.close()
+
+
+def test_fallback_was_exercised():
+    """Both kinds of random vocabulary occurred above (runs after them, in file order)."""
+    if sum(COUNTS["merges"]) < len(SEEDS) or sum(COUNTS["tiktoken"]) < len(SEEDS):
+        pytest.skip("run with the random-vocabulary tests")
+    for rule, (good, bad) in COUNTS.items():
+        assert good > 0 and bad > 0, (rule, good, bad)
+
+
+def test_trained_vocab():
+    """A vocabulary learned by the reference trainer, on long words of its own text."""
+    from pyapi_helpers import _small_text, small_trained
+    vocab, merges = small_trained(300)
+    ids = {b: i for i, b in vocab.items()}
+    merge_rank = {}
+    for k, (a, b) in enumerate(merges):
+        merge_rank.setdefault((a, b), k)
+    build = lambda: CTok(list(ids.items()), lib.BPE_RULE_MERGES,
+                         [(ids[a], ids[b]) for a, b in merges]).ok()
+    mp = pytest.MonkeyPatch()
+    tok, heap = with_threshold(mp, 2, build), with_threshold(mp, 0, build)
+    text = _small_text().encode()
+    words = [w for w in text.split() if w]
+    glued = b"".join(words)   # one long word of real letters and punctuation
+    pieces = [glued[i:i + n] for i, n in [(0, 300), (1000, 77), (5000, 999)]]
+    assert tok.pieces(pieces) == [i for p in pieces for i in ref_merges(p, merge_rank, ids)]
+    assert tok.pieces([glued]) == heap.pieces([glued])
+    assert tok.pieces(words[:2000]) == heap.pieces(words[:2000])
+    tok.close()
+    heap.close()
+
+
+def test_whole_token_with_ignore_merges(monkeypatch):
+    """A long piece that is itself a token: ignore_merges decides before any merging."""
+    long_token = b"abcab" * 4
+    ranks = {bytes([b]): b for b in range(256)}
+    ranks.update({b"ab": 300, b"ca": 301, b"bc": 302, long_token: 400})
+    for ignore in (0, 1):
+        tok = with_threshold(monkeypatch, 8, lambda: CTok(list(ranks.items()),
+                                                          lib.BPE_RULE_TIKTOKEN,
+                                                          ignore_merges=ignore).ok())
+        for piece in (long_token, long_token + b"c", b"x" + long_token):
+            assert tok.pieces([piece]) == ref_tiktoken(piece, ranks, ignore), (ignore, piece)
+        tok.close()
+
+
+def test_missing_byte_is_nobyte_on_both_paths(monkeypatch):
+    tokens = [(bytes([b]), b) for b in range(256) if b != ord("q")] + [(b"ab", 300)]
+    for threshold in (0, 2):
+        tok = with_threshold(monkeypatch, threshold,
+                             lambda: CTok(tokens, lib.BPE_RULE_MERGES, [(97, 98)]).ok())
+        with pytest.raises(CError) as e:
+            tok.pieces([b"ab" * 3000 + b"q" + b"ab" * 10])
+        assert e.value.code == lib.BPE_ERR_NOBYTE
+        assert tok.pieces([b"ab" * 3000]) == [300] * 3000
+        tok.close()
+
+
+def test_threads_share_a_fresh_tokenizer(monkeypatch):
+    """Several threads hit the lazy build and the token classification at once."""
+    tiktoken_encoding("cl100k_base")
+    tok = with_threshold(monkeypatch, 64, lambda: real_ctok("cl100k_base"))
+    heap = with_threshold(monkeypatch, 0, lambda: real_ctok("cl100k_base"))
+    rng = random.Random(1)
+    pieces = [random_word(rng, alpha, 30_000) for alpha in
+              [LETTERS, b"ab", b"abc", LETTERS.upper(), b"0123456789", b"xyz "]]
+    expect = [heap.pieces([p]) for p in pieces]
+    got = [None] * len(pieces)
+
+    def run(i):
+        got[i] = tok.pieces([pieces[i]])
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(pieces))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == expect
+    tok.close()
+    heap.close()
