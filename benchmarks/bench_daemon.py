@@ -8,8 +8,9 @@ measures documents/s and MB/s, and per-request round-trip latency (p50/p99) with
 number of clients sending one request at a time.  The baseline is Tokenizer.encode_batch of
 the same documents in this process (all cores).  Also: p50/p99 of a single small request at
 light load (one client, one request at a time), and 16 clients sending 16 documents per
-request (encode_batch over the wire).  Every daemon reply of the throughput runs is checked
+request (stream with batch=16: encode_batch requests over the wire).  Every daemon reply of the throughput runs is checked
 against the in-process ids.  Numbers on a shared machine are noisy: read the RATIOS.
+Clients pipeline with Client.stream(docs, window=8, batch=k): k documents per request.
 """
 import argparse
 import multiprocessing as mp
@@ -89,11 +90,7 @@ def client_proc(idx, endpoint, docs, mode, window, batch, start, out):
         lat = []
         result = []
         if mode == "throughput":
-            if batch > 1:
-                for i in range(0, len(docs), batch):
-                    result += c.encode_batch(docs[i:i + batch])
-            else:
-                result = list(c.stream(docs, window=window))
+            result = list(c.stream(docs, window=window, batch=batch))
         else:
             for d in docs:
                 t = time.perf_counter()
