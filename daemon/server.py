@@ -1097,8 +1097,10 @@ class Server:
                             d[2], P.E_SHUTTING_DOWN, "daemon stopping; stream dropped")))
                     if not inflight or time.monotonic() > deadline:
                         # a last look for requests that arrived meanwhile (they are told
-                        # the daemon is stopping) before the socket closes
-                        if self._read_frontend(pending) and time.monotonic() <= deadline:
+                        # the daemon is stopping) before the socket closes; requests a busy
+                        # machine is still moving off the wire get DRAIN_QUIET to show up
+                        if time.monotonic() <= deadline and (
+                                self._read_frontend(pending) or fe.poll(self.DRAIN_QUIET_MS)):
                             continue
                         break
                 elif time.monotonic() > deadline:
@@ -1142,6 +1144,7 @@ class Server:
         self._shutdown(idle, busy)
         return 0
 
+    DRAIN_QUIET_MS = 200      # stopping: exit once the front end has been quiet this long
     MAX_JOBS_PER_HANDOFF = 8
     MAX_BYTES_PER_HANDOFF = 256 << 10
 
