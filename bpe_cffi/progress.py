@@ -34,7 +34,8 @@ class Bar:
         self.stream = stream if stream is not None else sys.stderr
         self.start = time.monotonic()
         self.last = 0.0
-        self.drawn = False
+        self.drawn = False        # a line is open (drawn and not yet closed)
+        self.ever_drawn = False   # update() ran at least once
         self.last_line = ""
         isatty = getattr(self.stream, "isatty", None)
         self.interactive = bool(isatty and isatty())
@@ -63,6 +64,7 @@ class Bar:
             self.stream.flush()
         self.last_line = line
         self.drawn = True
+        self.ever_drawn = True
 
     def close(self) -> None:
         """End the bar's line.  On a terminal the bar was redrawn in place; elsewhere (a log

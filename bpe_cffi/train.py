@@ -336,7 +336,7 @@ def _result(trainer, specials):
 def _finish_bar(bars, phase, prog) -> None:
     """Draws a phase's final line if the phase ended before the bar was first drawn."""
     bar = (bars or {}).get(phase)
-    if bar is not None and not bar.drawn and prog.phase == phase:
+    if bar is not None and not bar.ever_drawn and prog.phase == phase:
         bar.update(prog.done, prog.total, force=True)
         bar.close()
 

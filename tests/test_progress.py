@@ -38,3 +38,19 @@ def test_close_twice_writes_nothing_more():
     first = out.getvalue()
     bar.close()
     assert out.getvalue() == first
+
+
+def test_training_prints_each_phase_once(tmp_path):
+    """Training with progress on a small file prints one 'counting' and one 'merging' line
+    (a phase that ended before the first redraw used to print its final line twice)."""
+    import contextlib
+
+    from bpe_cffi import train_bpe
+    p = tmp_path / "t.txt"
+    p.write_text("hello world, the quick brown fox jumps over the lazy dog. " * 200)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        train_bpe(p, 300, progress=True)
+    lines = err.getvalue().splitlines()
+    assert sum(line.startswith("counting") for line in lines) == 1, lines
+    assert sum(line.startswith("merging") for line in lines) == 1, lines
