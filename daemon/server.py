@@ -674,12 +674,7 @@ class Handler:
         tok = self.tokenizers[name]
         if len(texts) <= 64 and self.fast.get(name) is not None:
             # small batches: the worker threads already spread requests over the cores
-            out = []
-            for i, t in enumerate(texts):
-                try:
-                    out.append(self.encode_packed(opts, t))
-                except RequestError as exc:
-                    raise RequestError(exc.code, f"texts[{i}]: {exc.message}")
+            out = _per_text(lambda t: self.encode_packed(opts, t), texts)
             return {"ids": [x[0] for x in out], "n": [x[1] for x in out]}
         if disallowed == ():
             try:
@@ -687,12 +682,7 @@ class Handler:
             except ValueError as exc:
                 raise _encode_error(exc)
         else:
-            out = []
-            for i, t in enumerate(texts):
-                try:
-                    out.append(self.encode(opts, t))
-                except RequestError as exc:
-                    raise RequestError(exc.code, f"texts[{i}]: {exc.message}")
+            out = _per_text(lambda t: self.encode(opts, t), texts)
         return {"ids": [self.out_ids(ids, fmt) for ids in out], "n": [len(ids) for ids in out]}
 
     def op_decode(self, req, ident, flag, req_id):
@@ -942,6 +932,17 @@ class Handler:
         out["status"] = self.status()
         out["streams"] = len(self.streams)
         return out
+
+
+def _per_text(fn, texts):
+    """[fn(t) for t in texts]; a RequestError names the failing text (texts[i]: ...)."""
+    out = []
+    for i, t in enumerate(texts):
+        try:
+            out.append(fn(t))
+        except RequestError as exc:
+            raise RequestError(exc.code, f"texts[{i}]: {exc.message}") from None
+    return out
 
 
 def _with_id(exc, rid):
