@@ -710,6 +710,11 @@ class Tokenizer:
             mode = self._mode_for(allowed_special, disallowed_special)
         if self._py_path:
             return self._encode_py(data, mode)
+        return self._encode_c(data, mode)
+
+    def _encode_c(self, data: bytes, mode) -> list:
+        """The ids of UTF-8 data by the C pre-tokenizer and encoder (mode: a special-token
+        mode array, or ffi.NULL for none)."""
         out = ffi.new("bpe_ids *")
         info = ffi.new("size_t *")
         rc = lib.bpe_encode(self._handle(), data, len(data), mode, out, info)
@@ -725,14 +730,7 @@ class Tokenizer:
         data = _utf8(text)
         if self._py_path:
             return self._encode_py(data, ffi.NULL)
-        out = ffi.new("bpe_ids *")
-        rc = lib.bpe_encode(self._handle(), data, len(data), ffi.NULL, out, ffi.NULL)
-        try:
-            if rc:
-                self._raise_encode(rc, 0)
-            return _ids(out.ids, out.len)
-        finally:
-            lib.bpe_ids_free(out)
+        return self._encode_c(data, ffi.NULL)
 
     def __call__(self, text):
         return self.encode(text)
@@ -985,14 +983,7 @@ class Tokenizer:
             data = _utf8(text)
             if self._cpattern == 0:
                 return data
-            res = ffi.new("bpe_ids *")
-            rc = lib.bpe_encode(self._handle(), data, len(data), ffi.NULL, res, ffi.NULL)
-            try:
-                if rc:
-                    self._raise_encode(rc, 0)
-                out.extend(_ids(res.ids, res.len))
-            finally:
-                lib.bpe_ids_free(res)
+            out.extend(self._encode_c(data, ffi.NULL))
             return None
         pre = self._pre_tokenizer
         if at and _takes_offset(pre):
