@@ -1,5 +1,6 @@
 /*
- * buffers.c - the public buffer types' growth (buffers.h) and release (bpe.h) functions.
+ * buffers.c - the public buffer types' growth (buffers.h) and release (bpe.h) functions, and
+ * the growth of the encoder's scratch arrays (bpe_grow_array).
  *
  * A buffer is {pointer, len, cap} with len <= cap; the pointer is NULL only when cap is 0.
  * Growth is geometric (1.5x + 64), so appending one item at a time costs amortised O(1).
@@ -24,37 +25,56 @@ static size_t grown_capacity(size_t cap, size_t need, size_t size)
     return cap > SIZE_MAX / size ? 0 : cap;
 }
 
+/* Room for `more` items of `size` bytes after the `len` in use of the array *data of *cap
+ * items; the policy of grown_capacity.  On failure *data and *cap are unchanged. */
+static int reserve(void **data, size_t len, size_t *cap, size_t more, size_t size)
+{
+    size_t need = len + more, c;
+    void *p;
+    if (need < len)
+        return BPE_ERR_TOOBIG;
+    if (need <= *cap)
+        return BPE_OK;
+    if ((c = grown_capacity(*cap, need, size)) == 0)
+        return BPE_ERR_TOOBIG;
+    if ((p = realloc(*data, c * size)) == NULL)
+        return BPE_ERR_NOMEM;
+    *data = p;
+    *cap = c;
+    return BPE_OK;
+}
+
 int bpe_ids_reserve(bpe_ids *ids, size_t more)
 {
-    size_t need = ids->len + more, cap;
-    uint32_t *p;
-    if (need < ids->len)
-        return BPE_ERR_TOOBIG;
-    if (need <= ids->cap)
-        return BPE_OK;
-    if ((cap = grown_capacity(ids->cap, need, sizeof *p)) == 0)
-        return BPE_ERR_TOOBIG;
-    if ((p = realloc(ids->ids, cap * sizeof *p)) == NULL)
-        return BPE_ERR_NOMEM;
+    void *p = ids->ids;
+    int rc = reserve(&p, ids->len, &ids->cap, more, sizeof *ids->ids);
     ids->ids = p;
-    ids->cap = cap;
-    return BPE_OK;
+    return rc;
 }
 
 int bpe_bytes_reserve(bpe_bytes *b, size_t more)
 {
-    size_t need = b->len + more, cap;
-    uint8_t *p;
-    if (need < b->len)
-        return BPE_ERR_TOOBIG;
-    if (need <= b->cap)
-        return BPE_OK;
-    if ((cap = grown_capacity(b->cap, need, 1)) == 0)
-        return BPE_ERR_TOOBIG;
-    if ((p = realloc(b->data, cap)) == NULL)
-        return BPE_ERR_NOMEM;
+    void *p = b->data;
+    int rc = reserve(&p, b->len, &b->cap, more, 1);
     b->data = p;
-    b->cap = cap;
+    return rc;
+}
+
+int bpe_grow_array(void **buf, size_t *cap, size_t need, size_t elem)
+{
+    size_t c = *cap ? *cap : 64;
+    void *p;
+    if (need <= *cap)
+        return BPE_OK;
+    while (c < need) {
+        if (c > SIZE_MAX / 2 / elem)
+            return BPE_ERR_TOOBIG;
+        c *= 2;
+    }
+    if ((p = realloc(*buf, c * elem)) == NULL)
+        return BPE_ERR_NOMEM;
+    *buf = p;
+    *cap = c;
     return BPE_OK;
 }
 

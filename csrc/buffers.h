@@ -18,4 +18,9 @@ int bpe_ids_reserve(bpe_ids *ids, size_t more);
 /* Makes room for `more` bytes after b->len.  BPE_OK, BPE_ERR_NOMEM or BPE_ERR_TOOBIG. */
 int bpe_bytes_reserve(bpe_bytes *b, size_t more);
 
+/* Grows a scratch array *buf of *cap items of elem bytes to hold at least need items
+ * (doubling from 64), keeping its contents.  BPE_OK, BPE_ERR_NOMEM or BPE_ERR_TOOBIG; on
+ * failure *buf and *cap are unchanged.  (merge.c, model.c) */
+int bpe_grow_array(void **buf, size_t *cap, size_t need, size_t elem);
+
 #endif

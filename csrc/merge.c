@@ -122,22 +122,6 @@ static void sift_down(bpe_heap_entry *h, size_t n, size_t i)
     h[i] = x;
 }
 
-static int grow(void **buf, size_t *cap, size_t need, size_t elem)
-{
-    size_t c = *cap ? *cap : 64;
-    void *p;
-    if (need <= *cap)
-        return BPE_OK;
-    while (c < need)
-        c *= 2;
-    p = realloc(*buf, c * elem);
-    if (p == NULL)
-        return BPE_ERR_NOMEM;
-    *buf = p;
-    *cap = c;
-    return BPE_OK;
-}
-
 /* Grows the heap to at least need entries, keeping its contents and its alignment. */
 static int grow_heap(bpe_merge_scratch *s, size_t need)
 {
@@ -182,7 +166,7 @@ static int init_symbols(const bpe_tokenizer *tok, bpe_merge_scratch *s, const ui
                         size_t n)
 {
     size_t i;
-    if (grow((void **)&s->syms, &s->sym_cap, n, sizeof *s->syms) != BPE_OK)
+    if (bpe_grow_array((void **)&s->syms, &s->sym_cap, n, sizeof *s->syms) != BPE_OK)
         return BPE_ERR_NOMEM;
     for (i = 0; i < n; i++) {
         bpe_sym *y = &s->syms[i];
@@ -222,14 +206,9 @@ static int init_heap(const bpe_tokenizer *tok, bpe_merge_scratch *s, size_t n, s
 static int apply(const bpe_tokenizer *tok, bpe_merge_scratch *s, size_t *hn, uint32_t i,
                  uint32_t new_id)
 {
-    bpe_sym *l = &s->syms[i], *r = &s->syms[l->next];
+    const bpe_sym *l = &s->syms[i];
     int rc = BPE_OK;
-    l->id = new_id;
-    l->len += r->len;
-    r->len = 0;
-    l->next = r->next;
-    if (l->next != BPE_SYM_NONE)
-        s->syms[l->next].prev = i;
+    bpe_sym_absorb_right(s->syms, i, new_id);
     if (l->prev != BPE_SYM_NONE)
         rc = push_pair(tok, s, hn, l->prev);
     if (rc == BPE_OK && l->next != BPE_SYM_NONE)

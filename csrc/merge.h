@@ -19,6 +19,19 @@ typedef struct bpe_sym {
 
 #define BPE_SYM_NONE UINT32_MAX
 
+/* Merges symbol i with its right neighbour (which must exist) into token new_id: i covers
+ * both, the neighbour is unlinked and marked dead (len 0).  Nothing moves in the array. */
+static inline void bpe_sym_absorb_right(bpe_sym *syms, uint32_t i, uint32_t new_id)
+{
+    bpe_sym *l = &syms[i], *r = &syms[l->next];
+    l->id = new_id;
+    l->len += r->len;
+    r->len = 0;
+    l->next = r->next;
+    if (l->next != BPE_SYM_NONE)
+        syms[l->next].prev = i;
+}
+
 /* A candidate merge in the heap. */
 typedef struct bpe_heap_entry {
     uint64_t key;    /* rank << 32 | index of the left symbol: the heap order */

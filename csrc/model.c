@@ -185,26 +185,6 @@ static int drop(const bpe_model *m, bpe_slot *slot)
     return u < m->dropout;
 }
 
-/* ---- growing buffers ------------------------------------------------------------------------ */
-
-static int grow(void **buf, size_t *cap, size_t need, size_t elem)
-{
-    size_t c = *cap ? *cap : 64;
-    void *p;
-    if (need <= *cap)
-        return BPE_OK;
-    while (c < need) {
-        if (c > SIZE_MAX / 2 / elem)
-            return BPE_ERR_TOOBIG;
-        c *= 2;
-    }
-    if ((p = realloc(*buf, c * elem)) == NULL)
-        return BPE_ERR_NOMEM;
-    *buf = p;
-    *cap = c;
-    return BPE_OK;
-}
-
 /* ---- initial symbols ----------------------------------------------------------------------- */
 
 /* The symbols being built: a growing array in the scratch, count n, a pending unk. */
@@ -220,7 +200,8 @@ static int add_symbol(builder *b, uint32_t id, uint32_t len)
     if (b->n >= UINT32_MAX - 1)
         return BPE_ERR_TOOBIG;
     if (b->n == b->s->sym_cap &&
-        grow((void **)&b->s->syms, &b->s->sym_cap, b->n + 1, sizeof *b->s->syms) != BPE_OK)
+        bpe_grow_array((void **)&b->s->syms, &b->s->sym_cap, b->n + 1,
+                       sizeof *b->s->syms) != BPE_OK)
         return BPE_ERR_NOMEM;
     y = &b->s->syms[b->n];
     y->id = id;
@@ -306,7 +287,7 @@ static int lookup_key(bpe_model_scratch *s, const bpe_model *m, const uint8_t *p
         *kn = u;
         return BPE_OK;
     }
-    if (grow((void **)&s->key, &s->key_cap, pl + u + sl, 1) != BPE_OK)
+    if (bpe_grow_array((void **)&s->key, &s->key_cap, pl + u + sl, 1) != BPE_OK)
         return BPE_ERR_NOMEM;
     if (pl)
         memcpy(s->key, m->prefix, pl);
@@ -378,7 +359,7 @@ static void sift_down(entry *h, size_t n, size_t i)
 static int push(bpe_model_scratch *s, size_t *hn, entry e)
 {
     if (*hn == s->heap_cap &&
-        grow((void **)&s->heap, &s->heap_cap, *hn + 1, sizeof *s->heap) != BPE_OK)
+        bpe_grow_array((void **)&s->heap, &s->heap_cap, *hn + 1, sizeof *s->heap) != BPE_OK)
         return BPE_ERR_NOMEM;
     s->heap[*hn] = e;
     sift_up(s->heap, (*hn)++);
@@ -421,21 +402,15 @@ static int unskip(bpe_model_scratch *s, size_t *hn, size_t *sn)
 static int apply(const bpe_tokenizer *tok, bpe_model_scratch *s, size_t *hn, entry top)
 {
     uint32_t i = (uint32_t)top.key;
-    bpe_sym *l = &s->syms[i], *r;
+    const bpe_sym *l = &s->syms[i];
     const bpe_pair_entry *e;
     int rc = BPE_OK;
     if (l->len == 0 || l->next == BPE_SYM_NONE)
         return BPE_OK;
-    r = &s->syms[l->next];
-    e = bpe_pair_find(tok, l->id, r->id);
+    e = bpe_pair_find(tok, l->id, s->syms[l->next].id);
     if (e == NULL || e->new_id != top.new_id)
         return BPE_OK;
-    l->id = top.new_id;
-    l->len += r->len;
-    r->len = 0;
-    l->next = r->next;
-    if (l->next != BPE_SYM_NONE)
-        s->syms[l->next].prev = i;
+    bpe_sym_absorb_right(s->syms, i, top.new_id);
     if (l->prev != BPE_SYM_NONE)
         rc = push_pair(tok, s, hn, l->prev);
     if (rc == BPE_OK && l->next != BPE_SYM_NONE)
@@ -455,7 +430,8 @@ static int merge_all(const bpe_tokenizer *tok, bpe_slot *slot, size_t n_syms)
         entry top = pop(s, &hn);
         if (dropping && drop(m, slot)) {
             if (sn == s->skip_cap &&
-                grow((void **)&s->skip, &s->skip_cap, sn + 1, sizeof *s->skip) != BPE_OK)
+                bpe_grow_array((void **)&s->skip, &s->skip_cap, sn + 1,
+                               sizeof *s->skip) != BPE_OK)
                 return BPE_ERR_NOMEM;
             s->skip[sn++] = top;
             continue;
