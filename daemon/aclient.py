@@ -12,8 +12,8 @@ import zmq
 import zmq.asyncio
 
 from . import protocol as P
-from .client import (_CLIENT_LIMITS, STREAM_BATCH_CHARS, DaemonError, DaemonTimeout,
-                     _ClientBase, reply_ids, request_msg)
+from .client import (STREAM_BATCH_CHARS, DaemonError, DaemonTimeout,
+                     _ClientBase, parse_reply, reply_ids, request_msg)
 
 
 class AsyncClient(_ClientBase):
@@ -41,14 +41,8 @@ class AsyncClient(_ClientBase):
                 raw = await sock.recv()
             except (zmq.ZMQError, asyncio.CancelledError):
                 return
-            try:
-                rep = P.unpackb(raw, _CLIENT_LIMITS)
-            except Exception:
-                continue
-            if not isinstance(rep, dict):
-                continue
-            rid = rep.get("id")
-            fut = self._futures.get(rid) if isinstance(rid, int) else None
+            rep, rid = parse_reply(raw)
+            fut = self._futures.get(rid) if rid is not None else None
             if fut is not None and not fut.done():
                 fut.set_result(rep)
 

@@ -100,6 +100,19 @@ def _special(v):
     return sorted(v) if v else "none"
 
 
+def parse_reply(raw):
+    """(reply dict, its int id) of a reply frame; (None, None) for anything unreadable, which
+    the clients drop (a reply without an int id answers no request of theirs)."""
+    try:
+        rep = P.unpackb(raw, _CLIENT_LIMITS)
+    except Exception:
+        return None, None
+    if not isinstance(rep, dict):
+        return None, None
+    rid = rep.get("id")
+    return (rep, rid) if isinstance(rid, int) else (rep, None)
+
+
 def reply_ids(ids):
     return P.bin_to_ids(ids) if isinstance(ids, (bytes, bytearray)) else list(ids)
 
@@ -253,14 +266,8 @@ class Client(_ClientBase):
         return got
 
     def _on_reply(self, raw):
-        try:
-            rep = P.unpackb(raw, _CLIENT_LIMITS)
-        except Exception:
-            return
-        if not isinstance(rep, dict):
-            return
-        rid = rep.get("id")
-        p = self._pending.get(rid) if isinstance(rid, int) else None
+        rep, rid = parse_reply(raw)
+        p = self._pending.get(rid) if rid is not None else None
         if p is None or rid in self._done:
             return                                   # duplicate or abandoned: drop
         if not rep.get("ok") and rep.get("code") in P.RETRYABLE and p.retries_left > 0:
