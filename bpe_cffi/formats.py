@@ -410,6 +410,15 @@ def hf_json(vocab: dict, merges, special: dict, pattern_regex: str, rule: str,
     }
 
 
+def char_level_decoder(continuing_subword_prefix=None, end_of_word_suffix=None) -> dict:
+    """The tokenizer.json decoder of a character-level training's result: drop the prefix and
+    the suffix, join the tokens."""
+    steps = [{"type": "Replace", "pattern": {"String": d}, "content": ""}
+             for d in (continuing_subword_prefix, end_of_word_suffix) if d]
+    steps.append({"type": "Fuse"})
+    return {"type": "Sequence", "decoders": steps}
+
+
 def hf_json_char_level(vocab: dict, merges, special: dict, pattern_regex: str, pattern_name,
                        continuing_subword_prefix=None, end_of_word_suffix=None) -> dict:
     """The tokenizer.json document for a CHARACTER-level vocabulary (train_bpe with
@@ -438,9 +447,6 @@ def hf_json_char_level(vocab: dict, merges, special: dict, pattern_regex: str, p
     added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True}
              for s, i in sorted(special.items(), key=lambda kv: kv[1])]
-    decoders = [{"type": "Replace", "pattern": {"String": d}, "content": ""}
-                for d in (continuing_subword_prefix, end_of_word_suffix) if d]
-    decoders.append({"type": "Fuse"})
     return {
         "version": "1.0",
         "truncation": None,
@@ -450,7 +456,7 @@ def hf_json_char_level(vocab: dict, merges, special: dict, pattern_regex: str, p
         "pre_tokenizer": {"type": "Split", "pattern": {"Regex": onig_regex(pattern_regex)},
                           "behavior": "Isolated", "invert": False},
         "post_processor": None,
-        "decoder": {"type": "Sequence", "decoders": decoders},
+        "decoder": char_level_decoder(continuing_subword_prefix, end_of_word_suffix),
         "model": {
             "type": "BPE",
             "dropout": None,

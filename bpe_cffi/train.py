@@ -74,6 +74,7 @@ import os
 import time
 from collections import Counter
 
+from . import formats
 from . import patterns
 from ._native import ffi, lib, raise_for
 from .progress import Bar, new_progress, run_cancellable
@@ -474,13 +475,10 @@ def char_level_kwargs(options) -> dict:
     from . import hf_components
     prefix = options.get("continuing_subword_prefix") or None
     suffix = options.get("end_of_word_suffix") or None
-    steps = [{"type": "Replace", "pattern": {"String": d}, "content": ""}
-             for d in (prefix, suffix) if d]
-    steps.append({"type": "Fuse"})
     return {"byte_level": False, "continuing_subword_prefix": prefix,
             "end_of_word_suffix": suffix, "ignore_merges": False,
-            "decoder": hf_components.decoder_from_json({"type": "Sequence",
-                                                         "decoders": steps})}
+            "decoder": hf_components.decoder_from_json(formats.char_level_decoder(prefix,
+                                                                                  suffix))}
 
 
 def _check_char_level_tokenizer(cls) -> None:
