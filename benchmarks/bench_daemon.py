@@ -79,7 +79,7 @@ def start_daemon(loader_spec, path, workers):
 
 # ---- client processes ------------------------------------------------------------------------
 
-def client_proc(idx, endpoint, docs, mode, window, batch, start, out):
+def client_proc(idx, endpoint, docs, expect, mode, window, batch, start, done, out):
     from bpe_cffi.daemon import Client
     with Client(endpoint, timeout=60, retries=0) as c:
         for d in docs[:5]:
@@ -98,29 +98,40 @@ def client_proc(idx, endpoint, docs, mode, window, batch, start, out):
                 lat.append(time.perf_counter() - t)
         t1 = time.perf_counter()
         cpu = time.process_time() - c0
-    out.put((idx, t0, t1, lat, result, cpu))
+    # Checking the replies and sending the report back is not part of the timed work: wait
+    # until every client has finished, so that none of it competes with a client still timing.
+    done.wait()
+    wrong = None
+    if mode == "throughput":
+        wrong = sum(1 for got, want in zip(result, expect) if got != want)
+        wrong += len(expect) - len(result)
+    out.put((idx, t0, t1, lat, wrong, cpu))
 
 
-def run_clients(endpoint, docs, n_clients, mode, window=8, batch=1):
+def run_clients(endpoint, docs, n_clients, mode, window=8, batch=1, expect=None):
+    """Returns (wall seconds, sorted latencies, wrong-or-missing replies, client CPU seconds)."""
     ctx = mp.get_context("spawn")
     start = ctx.Event()
+    done = ctx.Barrier(n_clients)
     out = ctx.Queue()
     share = [docs[i::n_clients] for i in range(n_clients)]
-    procs = [ctx.Process(target=client_proc, args=(i, endpoint, share[i], mode, window, batch,
-                                                  start, out)) for i in range(n_clients)]
+    want = [expect[i::n_clients] if expect is not None else [] for i in range(n_clients)]
+    procs = [ctx.Process(target=client_proc, args=(i, endpoint, share[i], want[i], mode, window,
+                                                  batch, start, done, out))
+             for i in range(n_clients)]
     for p in procs:
         p.start()
     time.sleep(0.5 + 0.1 * n_clients)                  # let them connect and warm up
     start.set()
-    results = sorted((out.get(timeout=600) for _ in procs), key=lambda r: r[0])
-    results = [r[1:] for r in results]
+    results = [out.get(timeout=600) for _ in procs]
     for p in procs:
         p.join(60)
-    t0 = min(r[0] for r in results)
-    t1 = max(r[1] for r in results)
-    lat = sorted(x for r in results for x in r[2])
-    cpu = sum(r[4] for r in results)
-    return t1 - t0, lat, [r[3] for r in results], share, cpu
+    t0 = min(r[1] for r in results)
+    t1 = max(r[2] for r in results)
+    lat = sorted(x for r in results for x in r[3])
+    wrong = sum(r[4] or 0 for r in results)
+    cpu = sum(r[5] for r in results)
+    return t1 - t0, lat, wrong, cpu
 
 
 def proc_cpu(pid):
@@ -184,7 +195,6 @@ def main():
           f"({base_cpu:,.0f} docs per CPU-second)")
 
     proc, endpoint = start_daemon(spec, vocab, args.workers)
-    expect_of = {d: e for d, e in zip(docs, expect)}
     rows = []
     try:
         from bpe_cffi.daemon import Client
@@ -202,19 +212,17 @@ def main():
             for batch in ([1, 16] if n == max(int(x) for x in args.clients.split(",")) else [1]):
                 base, base_cpu = baseline()      # measured next to each row: the machine
                 d0 = proc_cpu(proc.pid)             # is shared, so only ratios mean much
-                dt, _, results, shares, ccpu = run_clients(endpoint, docs, n, "throughput",
-                                                           window=args.window, batch=batch)
+                dt, _, wrong, ccpu = run_clients(endpoint, docs, n, "throughput",
+                                                 window=args.window, batch=batch,
+                                                 expect=expect)
                 dcpu = proc_cpu(proc.pid) - d0
-                bad = sum(1 for share, res in zip(shares, results)
-                          for d, ids in zip(share, res) if ids != expect_of[d])
-                missing = len(docs) - sum(len(r) for r in results)
                 lat_docs = docs[:max(n * 20, min(len(docs), args.latency_requests))]
-                _, lat, _, _, _ = run_clients(endpoint, lat_docs, n, "latency")
+                _, lat, _, _ = run_clients(endpoint, lat_docs, n, "latency")
                 rate = len(docs) / dt
                 per_cpu = len(docs) / (dcpu + ccpu)
                 rows.append((n, batch, rate, mb / dt, rate / base, per_cpu / base_cpu,
                              len(docs) / dcpu / base_cpu, pct(lat, 50), pct(lat, 99),
-                             bad + missing))
+                             wrong))
     finally:
         proc.terminate()
         proc.wait(30)

@@ -369,6 +369,35 @@ def fast_encoder(tok):
     except Exception:
         return None
     new, encode, free, buffer = ffi.new, lib.bpe_encode, lib.bpe_ids_free, ffi.buffer
+    encode_flat = lib.bpe_encode_batch_flat
+
+    def enc_many(texts):
+        """[packed ids of each text], [count of each], from one C call on this thread (one
+        GIL release per request instead of one per text); None on any error."""
+        data = [t.encode("utf-8") for t in texts]
+        n = len(data)
+        ends = new("size_t[]", n)
+        end = 0
+        for i, d in enumerate(data):
+            end += len(d)
+            ends[i] = end
+        out = new("bpe_ids *")
+        out_ends = new("size_t[]", n)
+        info = new("size_t *")
+        rc = encode_flat(handle(), n, b"".join(data), ends, mode, 1, out, out_ends, info)
+        try:
+            if rc:
+                return None              # let tok.encode raise the precise error
+            flat = buffer(out.ids, 4 * out.len)[:] if out.len else b""
+            packed, counts, a = [], [], 0
+            for i in range(n):
+                b = out_ends[i]
+                packed.append(flat[4 * a:4 * b])
+                counts.append(b - a)
+                a = b
+            return packed, counts
+        finally:
+            free(out)
 
     def enc(text):
         data = text.encode("utf-8")
@@ -388,8 +417,14 @@ def fast_encoder(tok):
             got = enc(sample)
             if got is None or P.bin_to_ids(got[0]) != list(tok.encode(sample)):
                 return None
+        samples = ["Hello wörld <|endoftext|> 123\n\n  x  ", "", "🎉 '$ 漢字 the end"]
+        got = enc_many(samples)
+        if got is None or [P.bin_to_ids(b) for b in got[0]] != [list(tok.encode(t))
+                                                               for t in samples]:
+            return None
     except Exception:
         return None
+    enc.many = enc_many
     return enc
 
 
@@ -672,8 +707,13 @@ class Handler:
         texts = [self.text(t, f"texts[{i}]") for i, t in enumerate(texts)]
         name, allowed, disallowed, fmt = opts
         tok = self.tokenizers[name]
-        if len(texts) <= 64 and self.fast.get(name) is not None:
+        fast = self.fast.get(name)
+        if len(texts) <= 64 and fast is not None:
             # small batches: the worker threads already spread requests over the cores
+            if allowed == "all" and disallowed == () and fmt == P.IDS_BIN:
+                got = fast.many(texts)
+                if got is not None:
+                    return {"ids": got[0], "n": got[1]}
             out = _per_text(lambda t: self.encode_packed(opts, t), texts)
             return {"ids": [x[0] for x in out], "n": [x[1] for x in out]}
         if disallowed == ():

@@ -97,6 +97,8 @@ def test_batch_decode_count(daemon, refs, texts):
         batch = texts[:40]
         assert c.encode_batch(batch) == [tok.encode(t) for t in batch]
         assert c.encode_batch([]) == []
+        edge = ["", "a<|endoftext|>b", "", "<|endoftext|>", " x  \n"]   # one C call for all
+        assert c.encode_batch(edge) == [tok.encode(t) for t in edge]
         many = texts[:150]                      # a big batch: the tokenizer's encode_batch
         assert c.encode_batch(many) == [tok.encode(t) for t in many]
         for t in batch[:10]:
