@@ -188,6 +188,7 @@ class Client(_ClientBase):
         for s in self._socks:
             self._poller.register(s, zmq.POLLIN)
         self._pending = {}
+        self._next_expiry_scan = 0.0
         self._done = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -250,16 +251,19 @@ class Client(_ClientBase):
         """Receives whatever replies arrive within `wait` seconds; resends expired requests."""
         got = False
         for sock, _ in self._poller.poll(max(0, int(wait * 1000))):
-            while True:
+            while sock.get(zmq.EVENTS) & zmq.POLLIN:     # no zmq.Again raised per call
                 try:
                     raw = sock.recv(zmq.NOBLOCK)
-                except zmq.Again:
+                except zmq.Again:  # pragma: no cover - EVENTS said ready
                     break
                 self._on_reply(raw)
                 got = True
         if not resend:
             return got
         now = time.monotonic()
+        if now < self._next_expiry_scan:      # deadlines are seconds: look every few ms,
+            return got                        # not at every reply of a deep window
+        self._next_expiry_scan = now + 0.005
         for rid, p in list(self._pending.items()):
             if p.deadline <= now and rid not in self._done:
                 self._retry(rid, p, "no reply within %.3gs" % self.timeout)

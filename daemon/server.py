@@ -1126,7 +1126,7 @@ class Server:
         fe_polled = True
         next_reap = time.monotonic() + 1.0
         deadline = None
-        NOBLOCK = zmq.NOBLOCK
+        NOBLOCK, EVENTS, POLLIN = zmq.NOBLOCK, zmq.EVENTS, zmq.POLLIN
 
         while True:
             if self._stop.is_set() and deadline is None:
@@ -1153,10 +1153,10 @@ class Server:
             events = poller.poll(100)
             for sock, _ in events:
                 if sock is be:
-                    while True:
+                    while be.get(EVENTS) & POLLIN:    # no zmq.Again raised per wake-up
                         try:
                             frames = be.recv_multipart(NOBLOCK)
-                        except zmq.Again:
+                        except zmq.Again:             # pragma: no cover - EVENTS said ready
                             break
                         wid = frames[0]
                         job = busy.pop(wid, None)
@@ -1212,9 +1212,11 @@ class Server:
     def _read_frontend(self, pending):
         """Reads one message; returns False when there is none."""
         fe = self.frontend
+        if not fe.get(zmq.EVENTS) & zmq.POLLIN:   # cheaper than a zmq.Again per wake-up
+            return False
         try:
             ident = fe.recv(zmq.NOBLOCK)
-        except zmq.Again:
+        except zmq.Again:  # pragma: no cover - EVENTS said ready
             return False
         t0 = time.perf_counter()
         frames = []
