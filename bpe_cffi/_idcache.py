@@ -40,3 +40,12 @@ def ids_lists(address: int, ends_address: int, n_texts: int) -> list:
 def ids_from_le_bytes(data) -> list:
     """The list of the little-endian uint32 ids packed in data."""
     return _idlist.ids_from_le_bytes(data, _CACHE)
+
+
+def join_utf8(texts: list):
+    """(the UTF-8 of the texts end to end, bytes holding the size_t end of each), or None when
+    some item is not exactly a str or holds a surrogate (the caller's slower path then
+    handles it) or the helper is not built."""
+    if not FAST:
+        return None
+    return _idlist.join_utf8(texts)

@@ -20,6 +20,7 @@ import gc
 import itertools
 import os
 import threading
+from array import array
 
 from . import _idcache
 from . import formats
@@ -117,6 +118,26 @@ def _utf8(text) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+
+
+def _join_utf8(texts: list):
+    """(b"".join(_utf8(t) for t in texts), a size_t[] of the end of each), by the C helper
+    when it can (no bytes object per text), else text by text (which also raises TypeError
+    for a text that is not a str)."""
+    got = _idcache.join_utf8(texts)
+    if got is not None:
+        return got[0], ffi.from_buffer("size_t[]", got[1])
+    datas = [_utf8(t) for t in texts]
+    return b"".join(datas), size_t_array(itertools.accumulate(map(len, datas)))
+
+
+_SIZE_T = next(c for c in "QLI" if array(c).itemsize == ffi.sizeof("size_t"))
+
+
+def size_t_array(values):
+    """A C size_t[] holding values (an iterable of ints >= 0), filled by array.array:
+    ffi.new("size_t[]", a_list) converts item by item, ~0.5 us each."""
+    return ffi.from_buffer("size_t[]", array(_SIZE_T, values))
 
 
 def _disallowed_error(token: str) -> ValueError:
@@ -784,23 +805,21 @@ class Tokenizer:
         if isinstance(texts, str):
             raise TypeError("encode_batch takes a list of str, not a str")
         texts = list(texts)
-        datas = [_utf8(t) for t in texts]
         if num_threads is None:
             num_threads = 0
         if type(num_threads) is not int or num_threads < 0:
             raise ValueError(f"num_threads must be an int >= 1 (None or 0: one per core), not "
                              f"{num_threads!r}")
         mode = self._mode_for(allowed_special, disallowed_special)
-        n = len(datas)
+        n = len(texts)
         if n == 0:
             return []
         if self._py_path:
-            return [self._encode_py(d, mode) for d in datas]
+            return [self._encode_py(_utf8(t), mode) for t in texts]
         # The texts go in as one joined buffer; C encodes groups of them on worker threads
         # while this thread turns the groups already done into lists (bpe_batch_next), so the
         # int-making, which needs the GIL, overlaps the encoding instead of following it.
-        joined = b"".join(datas)
-        ends = ffi.new("size_t[]", list(itertools.accumulate(map(len, datas))))
+        joined, ends = _join_utf8(texts)
         job_p = ffi.new("bpe_batch_job **")
         rc = lib.bpe_batch_start(self._handle(), n, joined, ends, mode, num_threads, job_p)
         if rc:

@@ -370,21 +370,17 @@ def fast_encoder(tok):
         return None
     new, encode, free, buffer = ffi.new, lib.bpe_encode, lib.bpe_ids_free, ffi.buffer
     encode_flat = lib.bpe_encode_batch_flat
+    from bpe_cffi.tokenizer import _join_utf8 as join_utf8
 
     def enc_many(texts):
         """[packed ids of each text], [count of each], from one C call on this thread (one
         GIL release per request instead of one per text); None on any error."""
-        data = [t.encode("utf-8") for t in texts]
-        n = len(data)
-        ends = new("size_t[]", n)
-        end = 0
-        for i, d in enumerate(data):
-            end += len(d)
-            ends[i] = end
+        n = len(texts)
+        joined, ends = join_utf8(texts)
         out = new("bpe_ids *")
         out_ends = new("size_t[]", n)
         info = new("size_t *")
-        rc = encode_flat(handle(), n, b"".join(data), ends, mode, 1, out, out_ends, info)
+        rc = encode_flat(handle(), n, joined, ends, mode, 1, out, out_ends, info)
         try:
             if rc:
                 return None              # let tok.encode raise the precise error

@@ -90,3 +90,48 @@ def test_encoders_agree_without_the_helper(monkeypatch):
     monkeypatch.setattr(_idcache, "FAST", False)
     assert [tok.encode(t) for t in texts] == fast_single
     assert tok.encode_batch(texts, num_threads=2) == fast_batch == fast_single
+
+
+def random_texts(rng, n):
+    """Texts of every storage kind of str: ASCII, Latin-1, BMP (with the edges of each UTF-8
+    width) and astral characters, empty ones included."""
+    pools = [[chr(c) for c in range(0x20, 0x7F)],
+             [chr(c) for c in range(0x80, 0x100)],
+             [chr(c) for c in (0x7FF, 0x800, 0x4E00, 0xD7FF, 0xE000, 0xFFFD, 0xFFFF)],
+             [chr(c) for c in (0x10000, 0x1F600, 0x10FFFF)]]
+    out = []
+    for _ in range(n):
+        kinds = pools[:rng.randrange(1, 5)]
+        out.append("".join(rng.choice(rng.choice(kinds)) for _ in range(rng.randrange(0, 40))))
+    return out
+
+
+def test_join_utf8_equals_joining_encoded_texts():
+    rng = random.Random(3)
+    for n in [0, 1, 2, 7, 300]:
+        texts = random_texts(rng, n)
+        joined, ends = _idcache.join_utf8(texts)
+        datas = [t.encode("utf-8") for t in texts]
+        assert joined == b"".join(datas)
+        got_ends = list(ffi.from_buffer("size_t[]", ends)) if n else []
+        want, total = [], 0
+        for d in datas:
+            total += len(d)
+            want.append(total)
+        assert got_ends == want
+
+
+@pytest.mark.parametrize("texts", [["\ud800"], ["ok", "a\udfffb"], ["x\ud83d\ude00"],
+                                   ["é\ud800"], ["\U0001F600\udc00"], ["a", 3], ["a", b"b"]])
+def test_join_utf8_leaves_surrogates_and_non_str_to_the_slow_path(texts):
+    assert _idcache.join_utf8(texts) is None
+
+
+def test_batch_with_surrogates_or_str_subclasses_equals_single_encodes():
+    class S(str):
+        pass
+    tok = ours("cl100k_base")
+    texts = ["a\ud83d\ude00b", "x\ud800", "é漢🎉", S("sub class"), ""]
+    assert tok.encode_batch(texts) == [tok.encode(t) for t in texts]
+    with pytest.raises(TypeError, match="int"):
+        tok.encode_batch(["a", 3])

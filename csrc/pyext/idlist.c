@@ -14,7 +14,8 @@
  * and reads the cache's length once per call, so growth by another thread between calls is
  * safe.  Ids are read from raw addresses that the caller (bpe_cffi/tokenizer.py) got from C
  * buffers it keeps alive for the duration of the call; this module is private for that
- * reason.
+ * reason.  join_utf8 goes the other way: the UTF-8 of a list of str, end to end, for a
+ * batch encode, without a bytes object per text.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -151,7 +152,140 @@ static PyObject *ids_from_le_bytes(PyObject *self, PyObject *args)
     return out;
 }
 
+/* ---- texts in: the UTF-8 of a list of str, laid end to end ------------------------------ */
+
+/* The UTF-8 length of s, or -1 if it holds a surrogate code point (one loop per storage
+ * kind: PyUnicode_READ's switch per character costs more than the counting). */
+static Py_ssize_t utf8_length(PyObject *s)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s), i, total = n;
+    const void *data = PyUnicode_DATA(s);
+    if (PyUnicode_IS_ASCII(s))
+        return n;
+    if (PyUnicode_KIND(s) == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *p = data;
+        for (i = 0; i < n; i++)
+            total += p[i] >> 7;
+    } else if (PyUnicode_KIND(s) == PyUnicode_2BYTE_KIND) {
+        const Py_UCS2 *p = data;
+        int surrogates = 0;
+        for (i = 0; i < n; i++) {
+            Py_UCS2 c = p[i];
+            total += (c >= 0x80) + (c >= 0x800);
+            surrogates |= (c & 0xF800) == 0xD800;
+        }
+        if (surrogates)
+            return -1;
+    } else {
+        const Py_UCS4 *p = data;
+        int surrogates = 0;
+        for (i = 0; i < n; i++) {
+            Py_UCS4 c = p[i];
+            total += (c >= 0x80) + (c >= 0x800) + (c >= 0x10000);
+            surrogates |= (c & 0x1FF800) == 0xD800;
+        }
+        if (surrogates)
+            return -1;
+    }
+    return total;
+}
+
+/* Appends the UTF-8 of code point c (not a surrogate) at out; returns the end. */
+static char *put_utf8(Py_UCS4 c, char *out)
+{
+    if (c < 0x80) {
+        *out++ = (char)c;
+    } else if (c < 0x800) {
+        *out++ = (char)(0xC0 | (c >> 6));
+        *out++ = (char)(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+        *out++ = (char)(0xE0 | (c >> 12));
+        *out++ = (char)(0x80 | ((c >> 6) & 0x3F));
+        *out++ = (char)(0x80 | (c & 0x3F));
+    } else {
+        *out++ = (char)(0xF0 | (c >> 18));
+        *out++ = (char)(0x80 | ((c >> 12) & 0x3F));
+        *out++ = (char)(0x80 | ((c >> 6) & 0x3F));
+        *out++ = (char)(0x80 | (c & 0x3F));
+    }
+    return out;
+}
+
+/* Writes the UTF-8 of s (no surrogates: utf8_length checked) at out; returns the end. */
+static char *write_utf8(PyObject *s, char *out)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s), i;
+    const void *data = PyUnicode_DATA(s);
+    if (PyUnicode_IS_ASCII(s)) {
+        memcpy(out, data, (size_t)n);
+        return out + n;
+    }
+    if (PyUnicode_KIND(s) == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *p = data;
+        for (i = 0; i < n; i++) {
+            if (p[i] < 0x80) {
+                *out++ = (char)p[i];
+            } else {
+                *out++ = (char)(0xC0 | (p[i] >> 6));
+                *out++ = (char)(0x80 | (p[i] & 0x3F));
+            }
+        }
+    } else if (PyUnicode_KIND(s) == PyUnicode_2BYTE_KIND) {
+        const Py_UCS2 *p = data;
+        for (i = 0; i < n; i++)
+            out = p[i] < 0x80 ? (*out = (char)p[i], out + 1) : put_utf8(p[i], out);
+    } else {
+        const Py_UCS4 *p = data;
+        for (i = 0; i < n; i++)
+            out = p[i] < 0x80 ? (*out = (char)p[i], out + 1) : put_utf8(p[i], out);
+    }
+    return out;
+}
+
+/* join_utf8(texts) -> (joined, ends) or None.  texts: a list; joined: the UTF-8 of its
+ * items end to end (bytes); ends: a bytes object of len(texts) size_t values, the end of
+ * each item's bytes in joined.  None when an item is not exactly a str or holds a surrogate
+ * code point: the caller then takes its slower path, which also reports bad items.  One pass
+ * to size, one to copy: no bytes object per text. */
+static PyObject *join_utf8(PyObject *self, PyObject *texts)
+{
+    Py_ssize_t n, k, total = 0;
+    PyObject *joined, *ends_obj, *result;
+    size_t *ends;
+    char *out;
+    if (!PyList_CheckExact(texts)) {
+        PyErr_SetString(PyExc_TypeError, "texts must be a list");
+        return NULL;
+    }
+    n = PyList_GET_SIZE(texts);
+    if ((ends_obj = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(size_t))) == NULL)
+        return NULL;
+    ends = (size_t *)PyBytes_AS_STRING(ends_obj);
+    for (k = 0; k < n; k++) {
+        PyObject *s = PyList_GET_ITEM(texts, k);
+        Py_ssize_t len = PyUnicode_CheckExact(s) ? utf8_length(s) : -1;
+        if (len < 0 || total > PY_SSIZE_T_MAX - len) {
+            Py_DECREF(ends_obj);
+            Py_RETURN_NONE;
+        }
+        total += len;
+        ends[k] = (size_t)total;
+    }
+    if ((joined = PyBytes_FromStringAndSize(NULL, total)) == NULL) {
+        Py_DECREF(ends_obj);
+        return NULL;
+    }
+    out = PyBytes_AS_STRING(joined);
+    for (k = 0; k < n; k++)           /* the list cannot change: the GIL is held throughout */
+        out = write_utf8(PyList_GET_ITEM(texts, k), out);
+    result = PyTuple_Pack(2, joined, ends_obj);
+    Py_DECREF(joined);
+    Py_DECREF(ends_obj);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"join_utf8", join_utf8, METH_O, "join_utf8(list of str) -> (bytes, size_t ends) or None"},
     {"ids_list", ids_list, METH_VARARGS, "ids_list(address, n, cache) -> list"},
     {"ids_lists", ids_lists, METH_VARARGS,
      "ids_lists(address, ends_address, n_texts, cache) -> list of lists"},
