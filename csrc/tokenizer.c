@@ -7,7 +7,7 @@
  *     linear probing, load <= 1/2, keyed by our own 64-bit hash (tokenizer.h);
  *   - the pair table (left id, right id) -> (rank, new id), open addressing keyed by a
  *     multiplicative hash of the 64-bit pair, load <= 1/2.  For BPE_RULE_MERGES it holds the
- *     merge list (rank = index; a pair listed twice keeps its first rank).  For
+ *     merge list (rank = index; a pair listed twice keeps its LAST rank, as HF does).  For
  *     BPE_RULE_TIKTOKEN it holds every split of every token T into two tokens L + R, mapped
  *     to (rank T, id T) with rank == id: merging the lowest-ranked adjacent pair of tokens is
  *     then exactly tiktoken's rule, because every part tiktoken forms is itself a token.
@@ -192,17 +192,16 @@ static int new_pair_table(bpe_tokenizer *tok, size_t n)
     return BPE_OK;
 }
 
-/* Inserts a pair unless present (the first insertion wins). */
+/* Inserts a pair, or gives a present one the new rank (the last insertion wins: HF
+ * tokenizers ranks a merge listed twice by its later line; under the tiktoken rule every
+ * insertion of a pair carries the same values). */
 static void pair_insert(bpe_tokenizer *tok, uint32_t left, uint32_t right, uint32_t rank,
                         uint32_t new_id)
 {
     uint64_t key = ((uint64_t)left << 32) | right;
     size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> tok->pair_shift);
-    while (tok->pairs[i].key != BPE_PAIR_EMPTY) {
-        if (tok->pairs[i].key == key)
-            return;
+    while (tok->pairs[i].key != BPE_PAIR_EMPTY && tok->pairs[i].key != key)
         i = (i + 1) & tok->pair_mask;
-    }
     tok->pairs[i].key = key;
     tok->pairs[i].rank = rank;
     tok->pairs[i].new_id = new_id;

@@ -635,3 +635,30 @@ def test_c_api_options_default_off():
     assert rc == lib.BPE_OK and encode(out, b"abab") == [0, 1, 0, 1]
     rc, out, _ = _c_spec(char_level=1, has_unk=1, unk_id=2, fuse_unk=1)
     assert rc == lib.BPE_OK and encode(out, "aé€b".encode()) == [0, 2, 1]   # é€: one unk
+
+
+def test_a_merge_listed_twice_ranks_by_its_last_line_as_hf():
+    """HF ranks a merge that merges.txt lists twice by its later line; so must we (the first
+    line's rank would merge that pair too early)."""
+    import random
+    rng = random.Random(7)
+    letters = "abcde"
+    for trial in range(30):
+        vocab = {c: i for i, c in enumerate(letters)}
+        merges = []
+        while len(merges) < 25:
+            a, b = rng.choice(list(vocab)), rng.choice(list(vocab))
+            if len(a + b) > 6 or (a, b) in merges:
+                continue
+            merges.append((a, b))
+            vocab.setdefault(a + b, len(vocab))
+        for _ in range(rng.randrange(1, 6)):         # repeat earlier merges further down
+            merges.insert(rng.randrange(len(merges) // 2, len(merges) + 1),
+                          merges[rng.randrange(len(merges) // 2)])
+        hf = tokenizers.Tokenizer(models.BPE(vocab, merges, ignore_merges=False))
+        ours = bpe_cffi.Tokenizer({i: s.encode() for s, i in vocab.items()},
+                                  [(a.encode(), b.encode()) for a, b in merges],
+                                  ignore_merges=False)
+        for _ in range(40):
+            word = "".join(rng.choice(letters) for _ in range(rng.randrange(1, 14)))
+            assert ours.encode(word) == hf.encode(word).ids, (trial, word, merges)
