@@ -18,10 +18,6 @@ from bpe_cffi.hf_import import read_hf_tokenizer_json  # noqa: E402
 MODEL_OPTIONS = {"byte_level", "pre_tokenizer", "normalizer", "decoder", "unk_token",
                  "byte_fallback", "fuse_unk", "dropout", "continuing_subword_prefix",
                  "end_of_word_suffix"}
-_ACCEPTED = hf_import.tokenizer_keywords(Tokenizer)
-HAS_MODEL_OPTIONS = _ACCEPTED is None or MODEL_OPTIONS <= _ACCEPTED
-needs_model_options = pytest.mark.skipif(
-    not HAS_MODEL_OPTIONS, reason="needs Tokenizer(pre_tokenizer=...) (model options)")
 
 PARITY_BYTES = 1_000_000 if LONG else 40_000
 SPECIALS = ["<unk>", "<s>", "</s>"]
@@ -156,7 +152,7 @@ def test_read_whitespace(built):
 def test_read_llama(built):
     p = built("llama")
     with pytest.warns(UserWarning, match="TemplateProcessing is ignored"):
-        load_or_refusal(p)
+        load(p)
     r = _read(p)
     assert r["byte_level"] is False
     assert r["vocab"][max(r["vocab"])] == b"<0xFF>"
@@ -383,28 +379,9 @@ def test_truncation_padding_warn(built, tmp_path):
 
 # ---- loading ---------------------------------------------------------------------------------
 
-def load_or_refusal(p):
-    """load(p), or None when this Tokenizer lacks the file's options (checked to be the
-    clear refusal)."""
-    if HAS_MODEL_OPTIONS:
-        return load(p)
-    with pytest.raises(ValueError, match=r"(is|are) not supported by this version of "
-                                         r"Tokenizer"):
-        load(p)
-    return None
-
-
-@pytest.mark.skipif(HAS_MODEL_OPTIONS, reason="Tokenizer has the model options")
-@pytest.mark.parametrize("name, option", [("whitespace", "byte_level=False"),
-                                          ("llama", "byte_fallback=True"),
-                                          ("bytelevel-prefix", "pre_tokenizer=TextPieces")])
-def test_load_refuses_missing_options_clearly(built, name, option):
-    p = built(name)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with pytest.raises(ValueError, match=rf"{p.name}: options? .*{option}.* not supported by "
-                                             rf"this version of Tokenizer"):
-            load(p)
+def test_tokenizer_takes_every_option_a_tokenizer_json_can_carry():
+    accepted = hf_import.tokenizer_keywords(Tokenizer)
+    assert accepted is None or MODEL_OPTIONS <= accepted
 
 
 def test_check_options_reads_the_signature():
@@ -450,7 +427,6 @@ def test_bytelevel_custom_regex_encodes_like_hf(built):
     _assert_parity(tok, tokenizers.Tokenizer.from_file(str(p)), _parity_texts())
 
 
-@needs_model_options
 @pytest.mark.parametrize("name", ["whitespace", "llama", "metaspace", "suffix",
                                   "bytelevel-prefix"])
 def test_model_options_encode_like_hf(built, name):
