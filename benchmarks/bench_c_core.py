@@ -4,18 +4,16 @@ tiktoken's encode_ordinary on the same text, in the same process, and prints rat
     python benchmarks/bench_c_core.py [--mb 8] [--names gpt2,cl100k_base,o200k_base]
 
 The pieces path is given pieces split beforehand by the `regex` module (not timed), so it
-measures BPE + cache only; bpe_encode includes the C pre-tokenizer.
+measures BPE + cache only; bpe_encode includes the C pre-tokenizer.  Vocabularies and corpora
+are found as the tests find them (../shared, or $BPE_CFFI_VOCAB_DIR / $BPE_CFFI_CORPORA_DIR).
 """
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
-os.environ.setdefault("BPE_CFFI_VOCAB_DIR", "/work/shared/vocab")
-os.environ.setdefault("BPE_CFFI_CORPORA_DIR", "/work/shared/corpora")
 
 import regex  # noqa: E402
 
