@@ -44,7 +44,7 @@ static int reserve(void **data, size_t len, size_t *cap, size_t more, size_t siz
     return BPE_OK;
 }
 
-int bpe_ids_reserve(bpe_ids *ids, size_t more)
+int bpe_ids_grow(bpe_ids *ids, size_t more)
 {
     void *p = ids->ids;
     int rc = reserve(&p, ids->len, &ids->cap, more, sizeof *ids->ids);

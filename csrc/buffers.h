@@ -12,8 +12,15 @@
 
 #include "bpe.h"
 
-/* Makes room for `more` ids after ids->len.  BPE_OK, BPE_ERR_NOMEM or BPE_ERR_TOOBIG. */
-int bpe_ids_reserve(bpe_ids *ids, size_t more);
+/* Makes room for `more` ids after ids->len.  BPE_OK, BPE_ERR_NOMEM or BPE_ERR_TOOBIG.
+ * Inline, since the encoder reserves once per piece and there is nearly always room; the
+ * growing is bpe_ids_grow's.  (cap >= len always holds, so cap - len cannot wrap.) */
+int bpe_ids_grow(bpe_ids *ids, size_t more);
+
+static inline int bpe_ids_reserve(bpe_ids *ids, size_t more)
+{
+    return ids->cap - ids->len >= more ? BPE_OK : bpe_ids_grow(ids, more);
+}
 
 /* Makes room for `more` bytes after b->len.  BPE_OK, BPE_ERR_NOMEM or BPE_ERR_TOOBIG. */
 int bpe_bytes_reserve(bpe_bytes *b, size_t more);
