@@ -841,13 +841,14 @@ class Tokenizer:
 
     @staticmethod
     def _collect_batch(job, n):
-        """(lists of ids of the n texts, 0, 0), or ([], error code, failing text)."""
+        """(lists of ids of the n texts, 0, 0), or ([], error code, failing text).  Groups
+        come in the order they finish; each goes to its place."""
         first = ffi.new("size_t *")
         count = ffi.new("size_t *")
         ids = ffi.new("uint32_t **")
         id_ends = ffi.new("size_t **")
         info = ffi.new("size_t *")
-        out = []
+        out = [None] * n
         while True:
             rc = lib.bpe_batch_next(job, first, count, ids, id_ends, info)
             if rc:
@@ -855,7 +856,8 @@ class Tokenizer:
             c = count[0]
             if c == 0:
                 return out, 0, 0
-            out.extend(_split_ids(ids[0], id_ends[0], c))
+            f = first[0]
+            out[f:f + c] = _split_ids(ids[0], id_ends[0], c)
 
     def encode_file(self, input_path, output_path, *, dtype=None, num_threads=None,
                     progress: bool = True) -> int:

@@ -1,31 +1,41 @@
 /*
  * batch_stream.c - bpe_batch_start / bpe_batch_next / bpe_batch_finish: a batch encoded by
- * background threads and collected by the caller group by group, in input order, while the
- * rest is still being encoded.
+ * background threads and collected by the caller group by group, while the rest is still
+ * being encoded.
  *
  * Why.  Turning ids into Python ints costs about as much as encoding them, and only the
  * thread that holds the GIL can do it.  With the one-shot bpe_encode_batch_flat, that work
  * starts after the last text is encoded, so a second core buys little end to end.  Here the
- * caller converts group k while the workers encode the groups after it; when group k is not
- * ready, the caller encodes an unclaimed group itself instead of waiting, so with n threads
- * (n - 1 workers plus the caller) no core sits idle.
+ * caller converts each group as soon as it is finished while the workers encode the rest;
+ * when no group is finished, the caller encodes an unclaimed group itself instead of waiting,
+ * so with n threads (n - 1 workers plus the caller) no core sits idle.
+ *
+ * Groups are handed out in the order they FINISH, not in input order, so one slow group (a
+ * worker the scheduler put aside on a busy machine) holds up nothing but itself.  And at the
+ * tail, when nothing is left to claim and nothing finished is waiting, the caller encodes a
+ * group still running in a worker a second time (each at most once): whichever copy is done
+ * first is published, the other is thrown away.  That wastes at most a group per worker and
+ * bounds the wait for a descheduled worker by the time to encode one group.
  *
  * Data structure.  The texts, laid end to end as for bpe_encode_batch_flat, are cut into
- * groups of consecutive whole texts of about GROUP_BYTES each.  A group holds its state, its
- * ids (one buffer: its texts' ids back to back) and the end of each text's ids in it.  Groups
- * are claimed in increasing order from one atomic counter (next_claim), by workers and by
- * the caller alike, and handed to the caller in increasing order (next_out).
+ * groups of consecutive whole texts of about GROUP_BYTES each.  Groups are claimed in
+ * increasing order from one atomic counter (next_claim), by workers and by the caller alike.
+ * An encoder works into its own buffers and then publishes them into the group; `finished`
+ * lists the groups in the order they were published, and the caller returns them from it.
  *
  * Invariants:
- *   - a group goes UNCLAIMED -> CLAIMED (by whoever took its index) -> DONE or FAILED; the
- *     last step is made under `lock` after its buffers are complete, and the caller reads a
- *     group only after seeing DONE under the lock;
- *   - claims are made in index order, so when the caller reaches group g every group before
- *     it was claimed and returned; the first FAILED group it reaches holds the smallest
- *     failing text of the batch, as bpe_encode_batch reports;
- *   - after a failure (`stop` set) nothing new is claimed, but the groups already claimed
- *     finish, so that an earlier failure is still found; bpe_batch_finish also sets `cancel`,
- *     which the encoders running poll, and joins every worker before freeing anything.
+ *   - a group is published once: under `lock`, only while it is not yet DONE or FAILED; the
+ *     publisher moves its buffers in, the group's state becomes DONE or FAILED, its index is
+ *     appended to finished[] and `changed` is broadcast; an encoder finding the group already
+ *     published frees its own buffers;
+ *   - the caller reads a group's buffers only after seeing it in finished[] under the lock;
+ *     nothing writes them afterwards until bpe_batch_finish;
+ *   - claims are made in index order, so when group f fails every group before it has been
+ *     claimed and will be published; first_failed is the smallest failing group so far, and
+ *     the error is reported only once every group before it is published, so the failing
+ *     text named is the smallest of the batch, as bpe_encode_batch reports;
+ *   - after a failure (`stop` set) nothing new is claimed; bpe_batch_finish also sets
+ *     `cancel`, which the encoders running poll, and joins every worker before freeing.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -38,16 +48,19 @@
 #define GROUP_BYTES (64 * 1024)
 #define MIN_BYTES_PER_WORKER (64 * 1024)
 
-enum { UNCLAIMED, CLAIMED, DONE, FAILED };
+#define NONE ((size_t)-1)
+
+enum { RUNNING, DONE, FAILED };   /* RUNNING: not published yet (unclaimed or being encoded) */
 
 typedef struct group {
     size_t first;      /* index of its first text */
     size_t count;      /* texts in it (>= 1) */
-    int state;         /* UNCLAIMED..FAILED; DONE/FAILED are written under job->lock */
+    int state;         /* RUNNING, DONE or FAILED; written under job->lock */
+    int stolen;        /* the caller has encoded it a second time (caller only) */
     int rc;            /* error code when FAILED */
     size_t bad;        /* index of the failing text when FAILED */
-    bpe_ids ids;       /* the ids of its texts, back to back */
-    size_t *id_ends;   /* count entries: end of text first + k's ids in ids */
+    bpe_ids ids;       /* the ids of its texts, back to back (once published) */
+    size_t *id_ends;   /* count entries: end of text first + k's ids in ids (once published) */
 } group;
 
 struct bpe_batch_job {
@@ -58,12 +71,17 @@ struct bpe_batch_job {
     size_t n_groups;
     group *groups;
     size_t next_claim;           /* next group index to claim (atomic) */
-    size_t next_out;             /* next group to return (caller only) */
     int stop;                    /* nonzero: claim nothing more (atomic) */
     int cancel;                  /* nonzero: encoders running stop too (atomic; set only by
                                     finish, so a failure never cancels an earlier group) */
     pthread_mutex_t lock;
-    pthread_cond_t changed;      /* signalled when a group becomes DONE or FAILED */
+    pthread_cond_t changed;      /* broadcast when a group is published */
+    size_t *finished;            /* group indices in publication order (n_groups entries) */
+    size_t n_finished;           /* entries of finished[] (under lock) */
+    size_t first_failed;         /* smallest FAILED group index, or NONE (under lock) */
+    size_t next_out;             /* next entry of finished[] to return (caller only) */
+    size_t last_out;             /* the group returned last, freed on the next call, or NONE */
+    int ended;                   /* every group returned, or the error reported (caller) */
     int n_workers;               /* threads started */
     pthread_t *workers;
     bpe_work caller_work;        /* the caller's work slot, for the groups it encodes */
@@ -74,28 +92,53 @@ static size_t text_start(const bpe_batch_job *job, size_t i)
     return i ? job->ends[i - 1] : 0;
 }
 
-/* Encodes every text of group g with the work area w and publishes the result. */
+/* Publishes an encoding of group g (see the invariants), or frees it if g already was. */
+static void publish(bpe_batch_job *job, group *g, bpe_ids *ids, size_t *id_ends, int rc,
+                    size_t bad)
+{
+    int won;
+    pthread_mutex_lock(&job->lock);
+    won = g->state == RUNNING;
+    if (won) {
+        size_t index = (size_t)(g - job->groups);
+        g->ids = *ids;
+        g->id_ends = id_ends;
+        g->rc = rc;
+        g->bad = bad;
+        g->state = rc == BPE_OK ? DONE : FAILED;
+        job->finished[job->n_finished++] = index;
+        if (rc != BPE_OK && (job->first_failed == NONE || index < job->first_failed))
+            job->first_failed = index;
+        pthread_cond_broadcast(&job->changed);
+    }
+    pthread_mutex_unlock(&job->lock);
+    if (!won) {
+        bpe_ids_free(ids);
+        free(id_ends);
+    }
+    if (rc != BPE_OK)
+        __atomic_store_n(&job->stop, 1, __ATOMIC_RELEASE);
+}
+
+/* Encodes every text of group g with the work area w into fresh buffers and publishes them. */
 static void encode_group(bpe_batch_job *job, bpe_work *w, group *g)
 {
-    size_t k, info = 0;
-    int rc = BPE_OK;
+    bpe_ids ids = {NULL, 0, 0};
+    size_t k, info = 0, bad = 0, *id_ends = malloc(g->count * sizeof *id_ends);
+    int rc = id_ends != NULL ? BPE_OK : BPE_ERR_NOMEM;
     for (k = 0; k < g->count && rc == BPE_OK; k++) {
         size_t i = g->first + k, start = text_start(job, i);
         size_t len = job->ends[i] - start;
         if (len)
-            rc = bpe_encode_work(job->tok, w, job->data + start, len, job->mode, &g->ids,
+            rc = bpe_encode_work(job->tok, w, job->data + start, len, job->mode, &ids,
                                  &info, &job->cancel);
         if (rc != BPE_OK)
-            g->bad = i;
-        g->id_ends[k] = g->ids.len;
+            bad = i;
+        id_ends[k] = ids.len;
     }
-    pthread_mutex_lock(&job->lock);
-    g->rc = rc;
-    g->state = rc == BPE_OK ? DONE : FAILED;
-    pthread_cond_broadcast(&job->changed);
-    pthread_mutex_unlock(&job->lock);
-    if (rc != BPE_OK)
-        __atomic_store_n(&job->stop, 1, __ATOMIC_RELEASE);
+    if (rc == BPE_ERR_NOMEM && id_ends == NULL)
+        bad = g->first;
+    publish(job, g, &ids, id_ends, rc, bad);
 }
 
 /* Claims the next unclaimed group, or returns NULL when there is none (or the job stops). */
@@ -133,7 +176,8 @@ static int make_groups(bpe_batch_job *job, size_t n)
         }
     }
     job->groups = calloc(n_groups, sizeof *job->groups);
-    if (job->groups == NULL)
+    job->finished = malloc(n_groups * sizeof *job->finished);
+    if (job->groups == NULL || job->finished == NULL)
         return BPE_ERR_NOMEM;
     job->n_groups = n_groups;
     n_groups = 0;
@@ -143,8 +187,6 @@ static int make_groups(bpe_batch_job *job, size_t n)
         if (g->count++ == 0)
             g->first = i;
         if (job->ends[i] - group_start >= GROUP_BYTES || i + 1 == n) {
-            if ((g->id_ends = malloc(g->count * sizeof *g->id_ends)) == NULL)
-                return BPE_ERR_NOMEM;
             n_groups++;
             group_start = job->ends[i];
         }
@@ -188,6 +230,8 @@ int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
     job->data = data;
     job->ends = ends;
     job->mode = special_mode;
+    job->first_failed = NONE;
+    job->last_out = NONE;
     pthread_mutex_init(&job->lock, NULL);
     pthread_cond_init(&job->changed, NULL);
     bpe_work_open(tok, &job->caller_work);
@@ -207,52 +251,91 @@ static void free_group(group *g)
     g->id_ends = NULL;
 }
 
-/* Waits until group g is DONE or FAILED, encoding unclaimed groups while it is not. */
-static int wait_for(bpe_batch_job *job, group *g)
+/* The group a worker is still encoding that the caller has not encoded a second time yet
+ * (the lowest such), or NULL.  Under the lock. */
+static group *steal_candidate(bpe_batch_job *job)
 {
-    int state;
-    for (;;) {
-        group *other;
-        pthread_mutex_lock(&job->lock);
-        state = g->state;
-        pthread_mutex_unlock(&job->lock);
-        if (state == DONE || state == FAILED)
-            return state;
-        if ((other = claim(job)) == NULL)
-            break;
-        encode_group(job, &job->caller_work, other);
+    size_t claimed = __atomic_load_n(&job->next_claim, __ATOMIC_RELAXED), i;
+    if (claimed > job->n_groups)
+        claimed = job->n_groups;
+    for (i = 0; i < claimed; i++) {
+        group *g = &job->groups[i];
+        if (g->state == RUNNING && !g->stolen)
+            return g;
     }
-    pthread_mutex_lock(&job->lock);
-    while (g->state != DONE && g->state != FAILED)
-        pthread_cond_wait(&job->changed, &job->lock);
-    state = g->state;
-    pthread_mutex_unlock(&job->lock);
-    return state;
+    return NULL;
+}
+
+/* 1 when every group before `limit` is published.  Under the lock. */
+static int published_before(const bpe_batch_job *job, size_t limit)
+{
+    size_t i;
+    for (i = 0; i < limit; i++)
+        if (job->groups[i].state == RUNNING)
+            return 0;
+    return 1;
+}
+
+/* Makes progress while the caller has nothing to return: encodes an unclaimed group, else a
+ * running one a second time, else waits for a publication.  Called without the lock. */
+static void help_or_wait(bpe_batch_job *job)
+{
+    group *g = claim(job);
+    size_t seen;
+    if (g == NULL) {
+        pthread_mutex_lock(&job->lock);
+        if (job->first_failed == NONE && (g = steal_candidate(job)) != NULL)
+            g->stolen = 1;
+        seen = job->n_finished;
+        /* nothing to encode: sleep until something is published (a failure waits for the
+         * groups before it; they are all claimed, hence running somewhere) */
+        while (g == NULL && job->n_finished == seen)
+            pthread_cond_wait(&job->changed, &job->lock);
+        pthread_mutex_unlock(&job->lock);
+        if (g == NULL)
+            return;
+    }
+    encode_group(job, &job->caller_work, g);
 }
 
 int bpe_batch_next(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
                    const size_t **id_ends, size_t *info)
 {
-    group *g;
     if (job == NULL || first == NULL || count == NULL || ids == NULL || id_ends == NULL)
         return BPE_ERR_ARG;
-    if (job->next_out > 0)
-        free_group(&job->groups[job->next_out - 1]);   /* the caller is done with it */
+    if (job->last_out != NONE)
+        free_group(&job->groups[job->last_out]);   /* the caller is done with it */
+    job->last_out = NONE;
     *count = 0;
-    if (job->next_out >= job->n_groups)
-        return BPE_OK;
-    g = &job->groups[job->next_out];
-    if (wait_for(job, g) == FAILED) {
-        if (info)
-            *info = g->bad;
-        job->next_out = job->n_groups;   /* nothing more to return */
-        return g->rc;
+    while (!job->ended) {
+        group *g = NULL;
+        size_t failed;
+        pthread_mutex_lock(&job->lock);
+        failed = job->first_failed;
+        if (failed == NONE && job->next_out < job->n_finished)
+            g = &job->groups[job->finished[job->next_out++]];
+        else if (failed != NONE && published_before(job, failed))
+            g = &job->groups[failed];
+        pthread_mutex_unlock(&job->lock);
+        if (g != NULL && g->state == FAILED) {
+            if (info)
+                *info = g->bad;
+            job->ended = 1;                  /* nothing more to return */
+            return g->rc;
+        }
+        if (g != NULL) {
+            *first = g->first;
+            *count = g->count;
+            *ids = g->ids.ids;
+            *id_ends = g->id_ends;
+            job->last_out = (size_t)(g - job->groups);
+            return BPE_OK;
+        }
+        if (failed == NONE && job->next_out == job->n_groups)
+            job->ended = 1;                  /* every group returned */
+        else
+            help_or_wait(job);
     }
-    *first = g->first;
-    *count = g->count;
-    *ids = g->ids.ids;
-    *id_ends = g->id_ends;
-    job->next_out++;
     return BPE_OK;
 }
 
@@ -267,9 +350,10 @@ void bpe_batch_finish(bpe_batch_job *job)
     for (k = 0; k < job->n_workers; k++)
         pthread_join(job->workers[k], NULL);
     free(job->workers);
-    for (i = 0; i < job->n_groups; i++)
+    for (i = 0; job->groups != NULL && i < job->n_groups; i++)
         free_group(&job->groups[i]);
     free(job->groups);
+    free(job->finished);
     bpe_work_close(&job->caller_work);
     pthread_cond_destroy(&job->changed);
     pthread_mutex_destroy(&job->lock);

@@ -187,12 +187,14 @@ int bpe_encode_batch_flat(const bpe_tokenizer *tok, size_t n, const uint8_t *dat
 /* A batch collected while it is encoded (batch_stream.c): bpe_batch_start cuts the texts
  * (laid end to end as for bpe_encode_batch_flat; data and ends must stay alive and unchanged
  * until bpe_batch_finish) into groups of consecutive texts and starts n_threads - 1 worker
- * threads (0: one per core, fewer for small batches).  Each bpe_batch_next returns the next
- * group in input order: its texts first .. first + count - 1, their ids back to back in
- * *ids, and the end of each text's ids in *id_ends (count entries); *count is 0 once every
- * group was returned.  While the group is not ready the calling thread encodes other groups.
- * The pointers are valid until the next call.  An error of the group's texts (the smallest
- * failing index in *info, as bpe_encode_batch) ends the batch.  bpe_batch_finish stops and
+ * threads (0: one per core, fewer for small batches).  Each bpe_batch_next returns a
+ * finished group, in the order groups finish (NOT input order: place them by *first): its
+ * texts first .. first + count - 1, their ids back to back in *ids, and the end of each
+ * text's ids in *id_ends (count entries); *count is 0 once every group was returned.  While
+ * no group is finished the calling thread encodes one itself.  The pointers are valid until
+ * the next call.  An error (the smallest failing text of the batch in *info, as
+ * bpe_encode_batch) is returned instead of any further group and ends the batch; groups
+ * returned before it may lie after the failing text.  bpe_batch_finish stops and
  * joins the workers and frees everything; call it exactly once per started job (NULL is
  * fine), also after an error or an early exit. */
 typedef struct bpe_batch_job bpe_batch_job;
