@@ -135,3 +135,20 @@ def test_batch_with_surrogates_or_str_subclasses_equals_single_encodes():
     assert tok.encode_batch(texts) == [tok.encode(t) for t in texts]
     with pytest.raises(TypeError, match="int"):
         tok.encode_batch(["a", 3])
+
+
+def test_id_lists_are_not_tracked_by_the_cycle_collector_and_stay_ordinary_lists():
+    import gc
+    tok = ours("cl100k_base")
+    ids = tok.encode("hello world, " * 20)
+    many = tok.encode_batch(["a b c", "", "漢字 " * 30])
+    packed = _idcache.ids_from_le_bytes(bytes(range(16)))
+    for x in [ids, packed] + many:
+        assert type(x) is list and not gc.is_tracked(x)
+    assert gc.is_tracked(many)                # the outer list holds lists: tracked
+    before = list(ids)
+    ids.append(7)
+    ids[0] = -1
+    assert ids[1:-1] == before[1:] and ids[-1] == 7 and sorted(packed) == packed
+    gc.collect()                              # nothing is freed from under the lists
+    assert ids[1:-1] == before[1:]
