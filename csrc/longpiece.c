@@ -82,8 +82,13 @@
 #include "tokenizer.h"
 
 #define NONE UINT32_MAX
+#if defined(__GNUC__)
+#define NOINLINE __attribute__((noinline))
+#else
+#define NOINLINE
+#endif
 #define MAX_TOKEN 1024        /* longest ordinary token the tables accept */
-#define LINEAR_CHILDREN 16    /* scan up to this many children of a trie node, else bisect */
+#define LABEL_PAD 16          /* zero bytes after the labels: child() reads 16 at a time */
 #define FILL_SPINS 100000     /* yields while waiting for fill_lock before declining a piece */
 
 /* States of a token (long_token.state). */
@@ -122,7 +127,8 @@ struct bpe_long_tables {
                              mispredicted branches) */
     trie_node *node;      /* n_nodes + 1 entries (first and best side by side: one cache line
                              per step of a walk) */
-    uint8_t *label;       /* n_nodes: the last byte of each node's string */
+    uint8_t *label;       /* n_nodes (+ LABEL_PAD zeros): the last byte of each node's string;
+                             a node's children have distinct labels, in increasing order */
     size_t n_nodes;
     int fill_lock;        /* 1 while a caller classifies tokens (atomic exchange) */
     uint32_t *sym;        /* classifier work arrays, MAX_TOKEN entries each, used under */
@@ -430,7 +436,7 @@ static int build_trie(bpe_long_tables *t, const entry *ent, size_t n)
     b.active = malloc((n ? n : 1) * sizeof *b.active);
     if (b.node && b.active && total < NONE) {
         t->node = malloc((total + 1) * sizeof *t->node);
-        t->label = malloc(total);
+        t->label = calloc(total + LABEL_PAD, 1);
     }
     if (t->node && t->label) {
         for (i = 0; i < n; i++) {
@@ -539,37 +545,39 @@ typedef struct piece {
 
 static uint32_t longest(const bpe_long_tables *t, const uint8_t *p, size_t n, size_t *reach);
 
-static size_t reach_at(const bpe_long_tables *t, piece *w, size_t i)
+/* The reach at text position i by a trie walk, memoised (out of line, like the probe below:
+ * the memo and the filter answer most calls of rank_at, which is inlined into the search). */
+static NOINLINE size_t walk_reach(const bpe_long_tables *t, piece *w, size_t i)
 {
-    if (w->reach[i] == 0) {
-        size_t r;
-        longest(t, w->p + i, w->n - i, &r);
-        w->reach[i] = (uint16_t)r;
-    }
-    return w->reach[i];
+    size_t r;
+    longest(t, w->p + i, w->n - i, &r);
+    w->reach[i] = (uint16_t)r;
+    return r;
 }
 
-/* rank_at for p, q not both single bytes: no probe when p's bytes and q's (the text from
- * end - len p on) begin no token. */
-static uint32_t rank_far(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w,
-                         size_t end, uint32_t p, uint32_t q)
+static NOINLINE uint32_t probe(const bpe_tokenizer *tok, uint32_t p, uint32_t q)
 {
-    const long_token *tk = t->tokens;
-    const bpe_pair_entry *e;
-    if (tk[p].len + tk[q].len > reach_at(t, w, end - tk[p].len))
-        return NONE;
-    e = bpe_pair_find(tok, p, q);
+    const bpe_pair_entry *e = bpe_pair_find(tok, p, q);
     return e ? e->rank : NONE;
 }
 
 /* The rank of merging tokens p, q (levels lp, lq), p ending at text position end; NONE if
- * they do not merge. */
+ * they do not merge.  Two single bytes read byte_rank; otherwise there is no probe when p's
+ * bytes and q's (the text from end - len p on) begin no token. */
 static inline uint32_t rank_at(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w,
                                size_t end, uint32_t p, uint32_t q, uint32_t lp, uint32_t lq)
 {
+    const long_token *tk = t->tokens;
+    size_t start, r;
     if ((lp | lq) == 0)
-        return t->byte_rank[t->tokens[p].left << 8 | t->tokens[q].left];
-    return rank_far(tok, t, w, end, p, q);
+        return t->byte_rank[tk[p].left << 8 | tk[q].left];
+    start = end - tk[p].len;
+    r = w->reach[start];
+    if (r == 0)
+        r = walk_reach(t, w, start);
+    if (tk[p].len + tk[q].len > r)
+        return NONE;
+    return probe(tok, p, q);
 }
 
 /* 1 if the GOOD tokens a, b (a ends at text position end) form a valid pair: BPE of a's bytes
@@ -600,24 +608,47 @@ static int pair_ok(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w,
     }
 }
 
-/* The child of node with byte c, or NONE. */
+/* The eight bytes at p as a word, p[0] lowest (one load on little-endian machines). */
+static uint64_t load8(const uint8_t *p)
+{
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
+           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 |
+           (uint64_t)p[7] << 56;
+}
+
+/* The high bit of each byte of w equal to c; the lowest one set is exact (a borrow only runs
+ * upwards from a byte that matched), the others may be false. */
+static uint64_t bytes_equal(uint64_t w, uint8_t c)
+{
+    uint64_t x = w ^ (0x0101010101010101ull * c);
+    return (x - 0x0101010101010101ull) & ~x & 0x8080808080808080ull;
+}
+
+/* The child of node with byte c, or NONE.  The labels are compared eight at a time (the
+ * array has LABEL_PAD bytes of slack): a node's labels are distinct, so the first byte equal
+ * to c is the child if it lies within them.  Up to sixteen children (nearly every node a walk
+ * meets) take no branch but the answer's; bisection and a byte-by-byte scan took about two
+ * mispredicted branches per step of a walk over random letters. */
 static uint32_t child(const bpe_long_tables *t, uint32_t node, uint8_t c)
 {
-    uint32_t lo = t->node[node].first, hi = t->node[node + 1].first;
-    if (hi - lo <= LINEAR_CHILDREN) {
-        for (; lo < hi; lo++)
-            if (t->label[lo] >= c)
-                return t->label[lo] == c ? lo : NONE;
-        return NONE;
+    uint32_t lo = t->node[node].first, cnt = t->node[node + 1].first - lo, j;
+    const uint8_t *l = t->label + lo;
+    if (cnt <= 16) {
+        uint64_t m0 = bytes_equal(load8(l), c), m1 = bytes_equal(load8(l + 8), c);
+        uint32_t j0 = (uint32_t)__builtin_ctzll(m0 | 1ull << 63) / 8;
+        uint32_t j1 = 8 + (uint32_t)__builtin_ctzll(m1 | 1ull << 63) / 8;
+        uint32_t in0 = m0 != 0;
+        j = j1 ^ ((j0 ^ j1) & (0 - in0));   /* j0 if word 0 matched, else j1, no branch */
+        return (j < cnt) & (l[j] == c) ? lo + j : NONE;
     }
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (t->label[mid] < c)
-            lo = mid + 1;
-        else
-            hi = mid;
+    for (j = 0; j < cnt; j += 8) {
+        uint64_t m = bytes_equal(load8(l + j), c);
+        if (m != 0) {
+            j += (uint32_t)__builtin_ctzll(m) / 8;
+            return j < cnt ? lo + j : NONE;
+        }
     }
-    return lo < t->node[node + 1].first && t->label[lo] == c ? lo : NONE;
+    return NONE;
 }
 
 /* The longest usable token that is a prefix of p[0..n) (n > 0, p[0] has a single-byte token);
