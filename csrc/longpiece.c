@@ -75,6 +75,9 @@
  * are published by a release store of the state, so readers take no lock.
  */
 #include <sched.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,8 +87,10 @@
 #define NONE UINT32_MAX
 #if defined(__GNUC__)
 #define NOINLINE __attribute__((noinline))
+#define PREFETCH(p) __builtin_prefetch(p)
 #else
 #define NOINLINE
+#define PREFETCH(p) ((void)0)
 #endif
 #define MAX_TOKEN 1024        /* longest ordinary token the tables accept */
 #define LABEL_PAD 16          /* zero bytes after the labels: child() reads 16 at a time */
@@ -608,52 +613,46 @@ static int pair_ok(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w,
     }
 }
 
-/* The eight bytes at p as a word, p[0] lowest (one load on little-endian machines). */
-static uint64_t load8(const uint8_t *p)
+/* Bit i set iff l[i] == c, for i < 16 (l has 16 readable bytes). */
+#if defined(__SSE2__)
+static inline uint32_t match16(const uint8_t *l, uint8_t c)
 {
-    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
-           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 |
-           (uint64_t)p[7] << 56;
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)l);
+    return (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8((char)c)));
 }
-
-/* The high bit of each byte of w equal to c; the lowest one set is exact (a borrow only runs
- * upwards from a byte that matched), the others may be false. */
-static uint64_t bytes_equal(uint64_t w, uint8_t c)
+#else
+static inline uint32_t match16(const uint8_t *l, uint8_t c)
 {
-    uint64_t x = w ^ (0x0101010101010101ull * c);
-    return (x - 0x0101010101010101ull) & ~x & 0x8080808080808080ull;
+    uint32_t m = 0, i;
+    for (i = 0; i < 16; i++)
+        m |= (uint32_t)(l[i] == c) << i;
+    return m;
 }
+#endif
 
-/* The child of node with byte c, or NONE.  The labels are compared eight at a time (the
- * array has LABEL_PAD bytes of slack): a node's labels are distinct, so the first byte equal
- * to c is the child if it lies within them.  Up to sixteen children (nearly every node a walk
- * meets) take no branch but the answer's; bisection and a byte-by-byte scan took about two
- * mispredicted branches per step of a walk over random letters. */
-static uint32_t child(const bpe_long_tables *t, uint32_t node, uint8_t c)
+/* The child of node with byte c, or NONE.  The labels are compared sixteen at a time (the
+ * array has LABEL_PAD bytes of slack), the ones past the node's masked off: nearly every node
+ * a walk meets has at most sixteen children, so a step takes one load of labels and no branch
+ * but the answer's (bisection and a byte-by-byte scan took about two mispredicted branches per
+ * step of a walk over random letters). */
+static inline uint32_t child(const bpe_long_tables *t, uint32_t node, uint8_t c)
 {
-    uint32_t lo = t->node[node].first, cnt = t->node[node + 1].first - lo, j;
+    uint32_t lo = t->node[node].first, cnt = t->node[node + 1].first - lo, j = 0;
     const uint8_t *l = t->label + lo;
-    if (cnt <= 16) {
-        uint64_t m0 = bytes_equal(load8(l), c), m1 = bytes_equal(load8(l + 8), c);
-        uint32_t j0 = (uint32_t)__builtin_ctzll(m0 | 1ull << 63) / 8;
-        uint32_t j1 = 8 + (uint32_t)__builtin_ctzll(m1 | 1ull << 63) / 8;
-        uint32_t in0 = m0 != 0;
-        j = j1 ^ ((j0 ^ j1) & (0 - in0));   /* j0 if word 0 matched, else j1, no branch */
-        return (j < cnt) & (l[j] == c) ? lo + j : NONE;
+    for (;;) {
+        uint32_t m = match16(l + j, c), k = cnt - j;
+        m &= k >= 32 ? ~0u : (1u << k) - 1;
+        if (m != 0)
+            return lo + j + (uint32_t)__builtin_ctz(m);
+        j += 16;
+        if (j >= cnt)
+            return NONE;
     }
-    for (j = 0; j < cnt; j += 8) {
-        uint64_t m = bytes_equal(load8(l + j), c);
-        if (m != 0) {
-            j += (uint32_t)__builtin_ctzll(m) / 8;
-            return j < cnt ? lo + j : NONE;
-        }
-    }
-    return NONE;
 }
 
 /* The longest usable token that is a prefix of p[0..n) (n > 0, p[0] has a single-byte token);
  * *reach is the length of the longest prefix of p[0..n) that is a prefix of some token. */
-static uint32_t longest(const bpe_long_tables *t, const uint8_t *p, size_t n, size_t *reach)
+static inline uint32_t longest(const bpe_long_tables *t, const uint8_t *p, size_t n, size_t *reach)
 {
     uint32_t node, next;
     size_t i = 2;
@@ -695,6 +694,8 @@ static int search(const bpe_tokenizer *tok, const bpe_long_tables *t, uint64_t *
             uint32_t st = token_state(tok, t, cand);
             if (st == TOK_BAD || st == TOK_UNKNOWN)
                 return BPE_LONG_DECLINED;
+            if (end + 1 < w->n)   /* the walk from end, if cand is taken, starts there */
+                PREFETCH(&t->node2[(uint32_t)w->p[end] << 8 | w->p[end + 1]]);
             if (st == TOK_GOOD && !is_dead(dead, end) &&
                 (k == 0 || pair_ok(tok, t, w, pos, ids[k - 1], cand)))
                 break;
