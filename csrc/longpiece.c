@@ -87,10 +87,8 @@
 #define NONE UINT32_MAX
 #if defined(__GNUC__)
 #define NOINLINE __attribute__((noinline))
-#define PREFETCH(p) __builtin_prefetch(p)
 #else
 #define NOINLINE
-#define PREFETCH(p) ((void)0)
 #endif
 #define MAX_TOKEN 1024        /* longest ordinary token the tables accept */
 #define LABEL_PAD 16          /* zero bytes after the labels: child() reads 16 at a time */
@@ -135,6 +133,7 @@ struct bpe_long_tables {
     uint8_t *label;       /* n_nodes (+ LABEL_PAD zeros): the last byte of each node's string;
                              a node's children have distinct labels, in increasing order */
     size_t n_nodes;
+    int all_bytes;        /* 1 if every byte has a single-byte token: no text lacks one */
     int fill_lock;        /* 1 while a caller classifies tokens (atomic exchange) */
     uint32_t *sym;        /* classifier work arrays, MAX_TOKEN entries each, used under */
     uint32_t *sym_level;  /* fill_lock: a symbol's id and level, */
@@ -507,6 +506,10 @@ static int build_tables(const bpe_tokenizer *tok, bpe_long_tables **out)
     t->pair_rank = t->sym_level + MAX_TOKEN;
     t->pair_nid = t->pair_rank + MAX_TOKEN;
     t->sym_good = (uint8_t *)(t->pair_nid + MAX_TOKEN);
+    t->all_bytes = 1;
+    for (i = 0; i < 256; i++)
+        if (tok->byte_id[i] == BPE_NO_ID)
+            t->all_bytes = 0;
     for (i = 0; i < 256; i++)
         if (tok->byte_id[i] != BPE_NO_ID) {
             t->tokens[tok->byte_id[i]].state = TOK_GOOD;   /* level 0, no split */
@@ -694,8 +697,6 @@ static int search(const bpe_tokenizer *tok, const bpe_long_tables *t, uint64_t *
             uint32_t st = token_state(tok, t, cand);
             if (st == TOK_BAD || st == TOK_UNKNOWN)
                 return BPE_LONG_DECLINED;
-            if (end + 1 < w->n)   /* the walk from end, if cand is taken, starts there */
-                PREFETCH(&t->node2[(uint32_t)w->p[end] << 8 | w->p[end + 1]]);
             if (st == TOK_GOOD && !is_dead(dead, end) &&
                 (k == 0 || pair_ok(tok, t, w, pos, ids[k - 1], cand)))
                 break;
@@ -731,7 +732,7 @@ int bpe_long_merge(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint8_t
         return BPE_LONG_DECLINED;
     if (n >= (size_t)UINT32_MAX)
         return BPE_ERR_TOOBIG;
-    for (i = 0; i < n; i++)
+    for (i = 0; i < n && !t->all_bytes; i++)
         if (tok->byte_id[p[i]] == BPE_NO_ID)
             return BPE_ERR_NOBYTE;
     if (words > s->dead_cap) {
