@@ -569,18 +569,14 @@ static NOINLINE uint32_t probe(const bpe_tokenizer *tok, uint32_t p, uint32_t q)
     return e ? e->rank : NONE;
 }
 
-/* The rank of merging tokens p, q (levels lp, lq), p ending at text position end; NONE if
- * they do not merge.  Two single bytes read byte_rank; otherwise there is no probe when p's
- * bytes and q's (the text from end - len p on) begin no token. */
-static inline uint32_t rank_at(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w,
-                               size_t end, uint32_t p, uint32_t q, uint32_t lp, uint32_t lq)
+/* The rank of merging tokens p, q, not both single bytes, p ending at text position end;
+ * NONE if they do not merge.  No probe when p's bytes and q's (the text from end - len p on)
+ * begin no token. */
+static inline uint32_t rank_far(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w,
+                                size_t end, uint32_t p, uint32_t q)
 {
     const long_token *tk = t->tokens;
-    size_t start, r;
-    if ((lp | lq) == 0)
-        return t->byte_rank[tk[p].left << 8 | tk[q].left];
-    start = end - tk[p].len;
-    r = w->reach[start];
+    size_t start = end - tk[p].len, r = w->reach[start];
     if (r == 0)
         r = walk_reach(t, w, start);
     if (tk[p].len + tk[q].len > r)
@@ -588,31 +584,43 @@ static inline uint32_t rank_at(const bpe_tokenizer *tok, const bpe_long_tables *
     return probe(tok, p, q);
 }
 
+/* The rank of merging single-byte tokens p, q (byte_rank, which stays in cache). */
+static inline uint32_t rank_bytes(const bpe_long_tables *t, uint32_t p, uint32_t q)
+{
+    return t->byte_rank[t->tokens[p].left << 8 | t->tokens[q].left];
+}
+
 /* 1 if the GOOD tokens a, b (a ends at text position end) form a valid pair: BPE of a's bytes
- * then b's is [a, b]. */
+ * then b's is [a, b].  Only the last pair of the walk (a's last byte, b's first) is of two
+ * single bytes (or the first, when a and b are bytes), so that test is also the walk's end. */
 static int pair_ok(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w, size_t end,
                    uint32_t a, uint32_t b)
 {
     const long_token *tk = t->tokens;
     uint32_t la = tk[a].level, lb = tk[b].level;
-    if (rank_at(tok, t, w, end, a, b, la, lb) != NONE)
+    if ((la | lb) == 0)
+        return rank_bytes(t, a, b) == NONE;
+    if (rank_far(tok, t, w, end, a, b) != NONE)
         return 0;
     for (;;) {
-        if (lb >= la) {             /* b's last spine merge is the later one */
-            uint32_t r = lb - 1;    /* its rank */
-            if (lb == 0)
-                return 1;           /* both single bytes: nothing left to undo */
+        uint32_t r, rk;
+        int b_side = lb >= la;   /* b's last spine merge is the later one (or tied) */
+        if (b_side) {
+            r = lb - 1;          /* the rank of the merge undone */
             b = tk[b].left;
             lb = tk[b].level;
-            if (rank_at(tok, t, w, end, a, b, la, lb) <= r)
-                return 0;
         } else {
-            uint32_t r = la - 1;
+            r = la - 1;
             a = tk[a].right;
             la = tk[a].level;
-            if (rank_at(tok, t, w, end, a, b, la, lb) < r)
-                return 0;
         }
+        rk = (la | lb) == 0 ? rank_bytes(t, a, b) : rank_far(tok, t, w, end, a, b);
+        /* the pair crosses if it comes first: below r, or at r against b's merge (a's
+         * merges lie to the left and win ties) */
+        if (rk < r || (rk == r && b_side))
+            return 0;
+        if ((la | lb) == 0)
+            return 1;
     }
 }
 
