@@ -560,6 +560,43 @@ typedef struct piece {
                           that begins some token (from a trie walk), 0 until computed */
 } piece;
 
+/* Bit i set iff l[i] == c, for i < 16 (l has 16 readable bytes). */
+#if defined(__SSE2__)
+static inline uint32_t match16(const uint8_t *l, uint8_t c)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)l);
+    return (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8((char)c)));
+}
+#else
+static inline uint32_t match16(const uint8_t *l, uint8_t c)
+{
+    uint32_t m = 0, i;
+    for (i = 0; i < 16; i++)
+        m |= (uint32_t)(l[i] == c) << i;
+    return m;
+}
+#endif
+
+/* The child of node with byte c, or NONE.  The labels are compared sixteen at a time (the
+ * array has LABEL_PAD bytes of slack), the ones past the node's masked off: nearly every node
+ * a walk meets has at most sixteen children, so a step takes one load of labels and no branch
+ * but the answer's (bisection and a byte-by-byte scan took about two mispredicted branches per
+ * step of a walk over random letters). */
+static inline uint32_t child(const bpe_long_tables *t, uint32_t node, uint8_t c)
+{
+    uint32_t lo = t->node[node].first, cnt = t->node[node + 1].first - lo, j = 0;
+    const uint8_t *l = t->label + lo;
+    for (;;) {
+        uint32_t m = match16(l + j, c), k = cnt - j;
+        m &= k >= 32 ? ~0u : (1u << k) - 1;
+        if (m != 0)
+            return lo + j + (uint32_t)__builtin_ctz(m);
+        j += 16;
+        if (j >= cnt)
+            return NONE;
+    }
+}
+
 static uint32_t longest(const bpe_long_tables *t, const uint8_t *p, size_t n, size_t *reach);
 
 /* The reach at text position i by a trie walk, memoised (out of line, like the probe below:
@@ -572,9 +609,25 @@ static NOINLINE size_t walk_reach(const bpe_long_tables *t, piece *w, size_t i)
     return r;
 }
 
-static NOINLINE uint32_t probe(const bpe_tokenizer *tok, uint32_t p, uint32_t q)
+/* The rank of merging tokens p, q whose bytes are the text from start on (l > 1 bytes, all
+ * within the reach there); NONE if they do not merge.  Under BPE_RULE_TIKTOKEN a pair merges
+ * iff its bytes are a token, and the rank is that token's id: the trie answers, at depth l on
+ * the walk from start, without the pair table (o200k's is 16 MB: a probe missed every cache,
+ * and this path made one for every third token of random letters). */
+static NOINLINE uint32_t probe(const bpe_tokenizer *tok, const bpe_long_tables *t,
+                               const piece *w, size_t start, size_t l, uint32_t p, uint32_t q)
 {
-    const bpe_pair_entry *e = bpe_pair_find(tok, p, q);
+    const bpe_pair_entry *e;
+    if (tok->rule == BPE_RULE_TIKTOKEN) {
+        const uint8_t *s = w->p + start;
+        uint32_t node = t->node2[(uint32_t)s[0] << 8 | s[1]], best;
+        size_t i;
+        for (i = 2; i < l; i++)
+            node = child(t, node, s[i]);   /* never NONE: l is within the reach */
+        best = t->node[node].best;
+        return best != NONE && t->tokens[best].len == l ? best : NONE;
+    }
+    e = bpe_pair_find(tok, p, q);
     return e ? e->rank : NONE;
 }
 
@@ -588,9 +641,9 @@ static inline uint32_t rank_far(const bpe_tokenizer *tok, const bpe_long_tables 
     size_t start = end - tk[p].len, r = w->reach[start];
     if (r == 0)
         r = walk_reach(t, w, start);
-    if (tk[p].len + tk[q].len > r)
+    if ((size_t)tk[p].len + tk[q].len > r)
         return NONE;
-    return probe(tok, p, q);
+    return probe(tok, t, w, start, (size_t)tk[p].len + tk[q].len, p, q);
 }
 
 /* The rank of merging single-byte tokens p, q (byte_rank, which stays in cache). */
@@ -630,43 +683,6 @@ static int pair_ok(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w,
             return 0;
         if ((la | lb) == 0)
             return 1;
-    }
-}
-
-/* Bit i set iff l[i] == c, for i < 16 (l has 16 readable bytes). */
-#if defined(__SSE2__)
-static inline uint32_t match16(const uint8_t *l, uint8_t c)
-{
-    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)l);
-    return (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8((char)c)));
-}
-#else
-static inline uint32_t match16(const uint8_t *l, uint8_t c)
-{
-    uint32_t m = 0, i;
-    for (i = 0; i < 16; i++)
-        m |= (uint32_t)(l[i] == c) << i;
-    return m;
-}
-#endif
-
-/* The child of node with byte c, or NONE.  The labels are compared sixteen at a time (the
- * array has LABEL_PAD bytes of slack), the ones past the node's masked off: nearly every node
- * a walk meets has at most sixteen children, so a step takes one load of labels and no branch
- * but the answer's (bisection and a byte-by-byte scan took about two mispredicted branches per
- * step of a walk over random letters). */
-static inline uint32_t child(const bpe_long_tables *t, uint32_t node, uint8_t c)
-{
-    uint32_t lo = t->node[node].first, cnt = t->node[node + 1].first - lo, j = 0;
-    const uint8_t *l = t->label + lo;
-    for (;;) {
-        uint32_t m = match16(l + j, c), k = cnt - j;
-        m &= k >= 32 ? ~0u : (1u << k) - 1;
-        if (m != 0)
-            return lo + j + (uint32_t)__builtin_ctz(m);
-        j += 16;
-        if (j >= cnt)
-            return NONE;
     }
 }
 
