@@ -91,6 +91,7 @@
 #define NOINLINE
 #endif
 #define MAX_TOKEN 1024        /* longest ordinary token the tables accept */
+#define TRIE_PROBE_MAX 4      /* longest pair that probe() looks up in the trie */
 #define LABEL_PAD 16          /* zero bytes after the labels: child() reads 16 at a time */
 #define FILL_SPINS 100000     /* yields while waiting for fill_lock before declining a piece */
 
@@ -565,7 +566,8 @@ typedef struct piece {
 static inline uint32_t match16(const uint8_t *l, uint8_t c)
 {
     __m128i v = _mm_loadu_si128((const __m128i *)(const void *)l);
-    return (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8((char)c)));
+    __m128i cc = _mm_set1_epi32((int)(c * 0x01010101u));   /* two instructions; epi8: four */
+    return (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, cc));
 }
 #else
 static inline uint32_t match16(const uint8_t *l, uint8_t c)
@@ -611,14 +613,15 @@ static NOINLINE size_t walk_reach(const bpe_long_tables *t, piece *w, size_t i)
 
 /* The rank of merging tokens p, q whose bytes are the text from start on (l > 1 bytes, all
  * within the reach there); NONE if they do not merge.  Under BPE_RULE_TIKTOKEN a pair merges
- * iff its bytes are a token, and the rank is that token's id: the trie answers, at depth l on
- * the walk from start, without the pair table (o200k's is 16 MB: a probe missed every cache,
- * and this path made one for every third token of random letters). */
+ * iff its bytes are a token, and the rank is that token's id: for short pairs the trie
+ * answers, at depth l on the walk from start, without the pair table (o200k's is 16 MB: a
+ * probe missed every cache, and this path made one for every third token of random letters);
+ * long ones (runs of one character) take the table rather than a walk of l steps. */
 static NOINLINE uint32_t probe(const bpe_tokenizer *tok, const bpe_long_tables *t,
                                const piece *w, size_t start, size_t l, uint32_t p, uint32_t q)
 {
     const bpe_pair_entry *e;
-    if (tok->rule == BPE_RULE_TIKTOKEN) {
+    if (tok->rule == BPE_RULE_TIKTOKEN && l <= TRIE_PROBE_MAX) {
         const uint8_t *s = w->p + start;
         uint32_t node = t->node2[(uint32_t)s[0] << 8 | s[1]], best;
         size_t i;
