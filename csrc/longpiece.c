@@ -612,6 +612,18 @@ static inline uint32_t child(const bpe_long_tables *t, uint32_t node, uint8_t c)
     }
 }
 
+/* child() by a scan that branches on every label: slower on random text, but on a run of one
+ * byte the predictor follows it and runs ahead down the trie, where child()'s computed answer
+ * makes each step wait for the one before (spaces went 20 -> 50 ns per byte with child()). */
+static inline uint32_t child_scan(const bpe_long_tables *t, uint32_t node, uint8_t c)
+{
+    uint32_t lo = t->node[node].first, hi = t->node[node + 1].first;
+    for (; lo < hi; lo++)
+        if (t->label[lo] >= c)
+            return t->label[lo] == c ? lo : NONE;
+    return NONE;
+}
+
 static uint32_t longest(const bpe_long_tables *t, const uint8_t *p, size_t n, size_t *reach);
 
 /* The reach at text position i by a trie walk, memoised (out of line, like the probe below:
@@ -712,8 +724,12 @@ static inline uint32_t longest(const bpe_long_tables *t, const uint8_t *p, size_
         node = t->root[p[0]];
         i = 1;
     }
-    for (; i < n && (next = child(t, node, p[i])) != NONE; i++)
+    for (; i < n; i++) {
+        next = p[i] == p[i - 1] ? child_scan(t, node, p[i]) : child(t, node, p[i]);
+        if (next == NONE)
+            break;
         node = next;
+    }
     *reach = i;
     return t->node[node].best;
 }
