@@ -280,6 +280,32 @@ def test_whole_token_with_ignore_merges(monkeypatch):
         tok.close()
 
 
+def test_deferred_candidate_that_is_right(monkeypatch):
+    """The search tries a longest candidate last when its last byte would rather merge with the
+    next byte (longpiece.c, defer()); here that guess is wrong and the deferred one is right.
+
+    Merges, by rank: y+z, x+yz, v+x, t+v.  In "tvxyz", "tv" is the longest token at 0, and v+x
+    ranks below t+v while x+y does not merge, so "tv" is deferred; but y+z, then x+yz merge
+    first, which leaves v to t: BPE is [tv, xyz].  The search must come back to "tv" after
+    "t" leads nowhere, and resume the deferred order when it backtracks into such a position."""
+    ids = {bytes([c]): c for c in b"tvxyzq"}
+    ids.update({b"yz": 300, b"xyz": 301, b"vx": 302, b"tv": 303})
+    merges = [(ord("y"), ord("z")), (ord("x"), 300), (ord("v"), ord("x")), (ord("t"), ord("v"))]
+    rank = {(b"y", b"z"): 0, (b"x", b"yz"): 1, (b"v", b"x"): 2, (b"t", b"v"): 3}
+    build = lambda: CTok(list(ids.items()), lib.BPE_RULE_MERGES, merges).ok()
+    tok, heap = with_threshold(monkeypatch, 2, build), with_threshold(monkeypatch, 0, build)
+    assert tok.pieces([b"tvxyz"]) == [303, 301]
+    rng = random.Random(4)
+    pieces = [b"tvxyz" * 50, b"tvx" * 40, b"q" + b"tvxyz" * 9 + b"tv"]
+    pieces += [random_word(rng, b"tvxyz", n) for n in (5, 17, 300, 3000)]
+    for p in pieces:
+        expect = ref_bpe(p, lambda a, b: rank.get((a, b)), ids)
+        assert tok.pieces([p]) == expect, p[:40]
+        assert heap.pieces([p]) == expect, p[:40]
+    tok.close()
+    heap.close()
+
+
 def test_missing_byte_is_nobyte_on_both_paths(monkeypatch):
     tokens = [(bytes([b]), b) for b in range(256) if b != ord("q")] + [(b"ab", 300)]
     for threshold in (0, 2):
