@@ -121,6 +121,12 @@ static inline const bpe_pair_entry *bpe_pair_find(const bpe_tokenizer *tok, uint
     }
 }
 
+/* Starts loading the slot where bpe_ordinary_lookup(tok, ..., h) begins its probe. */
+static inline void bpe_ordinary_prefetch(const bpe_tokenizer *tok, uint64_t h)
+{
+    BPE_PREFETCH(&tok->ordinary[(size_t)h & tok->ordinary_mask]);
+}
+
 /* The id of the ordinary token with exactly these bytes (hash h = bpe_hash_bytes), or
  * BPE_NO_ID. */
 uint32_t bpe_ordinary_lookup(const bpe_tokenizer *tok, const uint8_t *p, size_t n, uint64_t h);
