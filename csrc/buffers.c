@@ -8,8 +8,28 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "buffers.h"
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* See buffers.h.  Hash tables of megabytes are probed at random: with 4 KiB pages nearly every
+ * probe of the pair and token tables also misses the TLB, which a virtual machine pays for with
+ * a two-level page walk.  The advice is only a hint: when the kernel ignores it (or there is no
+ * MADV_HUGEPAGE) the memory is ordinary. */
+void *bpe_table_alloc(size_t size)
+{
+    void *p;
+    if (size < HUGE_PAGE)
+        return malloc(size ? size : 1);
+    if (posix_memalign(&p, HUGE_PAGE, size) != 0)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, size, MADV_HUGEPAGE);
+#endif
+    return p;
+}
 
 /* The capacity to grow `cap` to so that it holds `need` items of `size` bytes, or 0 if that
  * many bytes cannot be addressed. */

@@ -23,4 +23,9 @@ int bpe_bytes_reserve(bpe_bytes *b, size_t more);
  * failure *buf and *cap are unchanged.  (merge.c, model.c) */
 int bpe_grow_array(void **buf, size_t *cap, size_t need, size_t elem);
 
+/* malloc for a large read-mostly lookup table: the same contract (NULL when out of memory,
+ * release with free()), but a block of at least 2 MiB is 2 MiB-aligned and, on Linux, asks
+ * for transparent huge pages, so that random probes into it do not also miss the TLB. */
+void *bpe_table_alloc(size_t size);
+
 #endif

@@ -11,6 +11,8 @@
  *     BPE_RULE_TIKTOKEN it holds every split of every token T into two tokens L + R, mapped
  *     to (rank T, id T) with rank == id: merging the lowest-ranked adjacent pair of tokens is
  *     then exactly tiktoken's rule, because every part tiktoken forms is itself a token.
+ * The byte buffer, by_id and the three hash tables come from bpe_table_alloc (buffers.c): at
+ * megabyte sizes they are asked to live on huge pages, since they are probed at random.
  * The tables of longpiece.c (long_tables) are the exception to immutability: built on first
  * use, see there.  Invariants: ids are < id_limit; by_id[id].len == 0 exactly for unknown ids; the tables hold
  * no duplicate keys; the pair table never contains the key BPE_PAIR_EMPTY (ids < 2^31).
@@ -75,10 +77,21 @@ uint32_t bpe_ordinary_lookup(const bpe_tokenizer *tok, const uint8_t *p, size_t 
     return table_lookup(tok->ordinary, tok->ordinary_mask, tok, p, n, h);
 }
 
+/* A zeroed array of n (>= 0) items of size bytes from bpe_table_alloc, or NULL. */
+static void *table_calloc(size_t n, size_t size)
+{
+    void *p;
+    if (n == 0)
+        n = 1;
+    if (n > SIZE_MAX / size || (p = bpe_table_alloc(n * size)) == NULL)
+        return NULL;
+    return memset(p, 0, n * size);
+}
+
 static bpe_bytes_slot *new_table(size_t n, size_t *mask)
 {
     size_t size = pow2_at_least(2 * n + 1), i;
-    bpe_bytes_slot *t = malloc(size * sizeof *t);
+    bpe_bytes_slot *t = bpe_table_alloc(size * sizeof *t);
     if (t == NULL)
         return NULL;
     for (i = 0; i < size; i++)
@@ -182,7 +195,7 @@ static int new_pair_table(bpe_tokenizer *tok, size_t n)
     int bits = 0;
     while (((size_t)1 << bits) < size)
         bits++;
-    tok->pairs = malloc(size * sizeof *tok->pairs);
+    tok->pairs = bpe_table_alloc(size * sizeof *tok->pairs);
     if (tok->pairs == NULL)
         return BPE_ERR_NOMEM;
     for (i = 0; i < size; i++)
@@ -306,8 +319,8 @@ static int build(bpe_tokenizer *tok, const bpe_spec *sp, size_t *bad)
     tok->long_min = long_piece_min();
     for (i = 0; i < 256; i++)
         tok->byte_id[i] = BPE_NO_ID;
-    tok->bytes = malloc(total ? total : 1);
-    tok->by_id = calloc(tok->id_limit ? tok->id_limit : 1, sizeof *tok->by_id);
+    tok->bytes = bpe_table_alloc(total);
+    tok->by_id = table_calloc(tok->id_limit, sizeof *tok->by_id);
     tok->is_special = calloc(tok->id_limit ? tok->id_limit : 1, 1);
     tok->special_ids = malloc((sp->n_special ? sp->n_special : 1) * sizeof *tok->special_ids);
     if (!tok->bytes || !tok->by_id || !tok->is_special || !tok->special_ids)
