@@ -190,6 +190,12 @@ static int add_tokens(bpe_tokenizer *tok, const bpe_spec *sp, size_t *bad)
     return BPE_OK;
 }
 
+static void free_pair_table(bpe_tokenizer *tok)
+{
+    bpe_table_free(tok->pairs, (tok->pair_mask + 1) * sizeof *tok->pairs);
+    tok->pairs = NULL;
+}
+
 static int new_pair_table(bpe_tokenizer *tok, size_t n)
 {
     size_t size = pow2_at_least(2 * n + 1), i;
@@ -380,8 +386,7 @@ static int build_tiktoken(bpe_tokenizer *tok, const bpe_spec *sp)
     if (n > SIZE_MAX / (2 * sizeof *split) || (split = malloc(2 * (n ? n : 1) * sizeof *split)) == NULL)
         return BPE_ERR_NOMEM;
     if ((rc = final_splits(tok, sp, split, &kept)) == BPE_OK) {
-        free(tok->pairs);
-        tok->pairs = NULL;
+        free_pair_table(tok);
         rc = new_pair_table(tok, kept);
     }
     for (i = 0; rc == BPE_OK && i < n; i++)
@@ -420,6 +425,7 @@ static int build(bpe_tokenizer *tok, const bpe_spec *sp, size_t *bad)
     tok->long_min = long_piece_min();
     for (i = 0; i < 256; i++)
         tok->byte_id[i] = BPE_NO_ID;
+    tok->bytes_size = total;
     tok->bytes = bpe_table_alloc(total);
     tok->by_id = table_calloc(tok->id_limit, sizeof *tok->by_id);
     tok->is_special = calloc(tok->id_limit ? tok->id_limit : 1, 1);
@@ -470,12 +476,12 @@ void bpe_tokenizer_free(bpe_tokenizer *tok)
         bpe_slot_destroy(&tok->slots[i]);
     bpe_special_matcher_free(tok->matcher);
     bpe_model_free(tok->model);
-    free(tok->bytes);
-    free(tok->by_id);
+    bpe_table_free(tok->bytes, tok->bytes_size);
+    bpe_table_free(tok->by_id, (tok->id_limit ? tok->id_limit : 1) * sizeof *tok->by_id);
     free(tok->is_special);
-    free(tok->ordinary);
-    free(tok->special_tab);
-    free(tok->pairs);
+    bpe_table_free(tok->ordinary, (tok->ordinary_mask + 1) * sizeof *tok->ordinary);
+    bpe_table_free(tok->special_tab, (tok->special_mask + 1) * sizeof *tok->special_tab);
+    free_pair_table(tok);
     free(tok->special_ids);
     bpe_long_tables_free(tok->long_tables);
     free(tok);

@@ -49,6 +49,7 @@ struct bpe_tokenizer {
 
     uint32_t id_limit;            /* largest id + 1 over ordinary and special tokens */
     uint8_t *bytes;               /* every token's bytes (ordinary, then special) */
+    size_t bytes_size;            /* bytes allocated for bytes (bpe_table_alloc) */
     bpe_token_ref *by_id;         /* id_limit entries: the bytes of each id */
     uint8_t *is_special;          /* id_limit flags: 1 for a special token's id */
     uint32_t byte_id[256];        /* id of each single-byte token, BPE_NO_ID if none */
