@@ -138,7 +138,8 @@ typedef struct pending {
 } pending;
 
 /* Records the piece seg[start..end) in *q; hashes it and prefetches the table slots its
- * lookups will read first. */
+ * lookups will read first: the whole-token table's, and the cache's (wasted when the piece is
+ * a token, but the cache is probed for every other piece, and its slot was a miss too). */
 static void pend(const bpe_tokenizer *tok, const bpe_slot *s, const uint8_t *seg,
                  size_t start, size_t end, pending *q)
 {
@@ -151,7 +152,7 @@ static void pend(const bpe_tokenizer *tok, const bpe_slot *s, const uint8_t *seg
     q->hash = bpe_hash_bytes(seg + start, n);
     if (tok->ignore_merges)
         bpe_ordinary_prefetch(tok, q->hash);
-    else if (s->cache != NULL)
+    if (s->cache != NULL && n < BPE_CACHE_MAX_PIECE)
         bpe_cache_prefetch(s->cache, q->hash);
 }
 
