@@ -23,18 +23,22 @@
  * are in place as small ones, so the advice would come too late (measured: only the first
  * tokenizer of a process got huge pages).  The advice is only a hint; if the kernel ignores
  * it the memory is ordinary, and where mmap or the advice is missing malloc serves. */
-#if defined(MADV_HUGEPAGE) && defined(MAP_ANONYMOUS)
+#if defined(__SANITIZE_ADDRESS__)
+#define MAPPED_TABLES 0   /* AddressSanitizer checks the bounds of malloc blocks only */
+#elif defined(MADV_HUGEPAGE) && defined(MAP_ANONYMOUS)
 #define MAPPED_TABLES 1
 #else
 #define MAPPED_TABLES 0
 #endif
 
+#if MAPPED_TABLES
 /* The length of the mapping of a table of size bytes (>= MAPPED_MIN): whole huge pages, or 0
  * when that overflows. */
 static size_t mapped_len(size_t size)
 {
     return size > SIZE_MAX - HUGE_PAGE ? 0 : (size + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
 }
+#endif
 
 /* See buffers.h.  Maps len + one huge page, then unmaps the unaligned head and the tail so
  * that exactly [aligned, aligned + len) stays mapped. */
