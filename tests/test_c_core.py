@@ -973,6 +973,8 @@ def test_large_tables_right_and_released():
     tok = CTok(items, lib.BPE_RULE_TIKTOKEN, ignore_merges=0).ok()
     assert tok.pieces(pieces) == expect
     tok.close()
+    if "ASAN_OPTIONS" in os.environ:
+        return   # scripts/sanitize.sh: AddressSanitizer holds freed memory in quarantine
     rss = psutil.Process().memory_info().rss
     for _ in range(8):
         CTok(items, lib.BPE_RULE_TIKTOKEN).ok().close()
