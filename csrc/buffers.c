@@ -8,8 +8,76 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "buffers.h"
+
+#define HUGE_PAGE ((size_t)2 << 20)
+#define MAPPED_MIN ((size_t)1 << 20)   /* smaller tables come from malloc */
+
+/* Tables of megabytes are probed at random: with 4 KiB pages nearly every probe into the pair
+ * and token tables of a large vocabulary also misses the TLB, which a virtual machine pays for
+ * with a two-level page walk.  Such a table gets its own mapping, aligned to a huge page and
+ * marked MADV_HUGEPAGE (transparent huge pages in "madvise" mode, the common default).  Not
+ * malloc: glibc serves a block of some megabytes from memory it already has, whose pages
+ * are in place as small ones, so the advice would come too late (measured: only the first
+ * tokenizer of a process got huge pages).  The advice is only a hint; if the kernel ignores
+ * it the memory is ordinary, and where mmap or the advice is missing malloc serves. */
+#if defined(__SANITIZE_ADDRESS__)
+#define MAPPED_TABLES 0   /* AddressSanitizer checks the bounds of malloc blocks only */
+#elif defined(MADV_HUGEPAGE) && defined(MAP_ANONYMOUS)
+#define MAPPED_TABLES 1
+#else
+#define MAPPED_TABLES 0
+#endif
+
+#if MAPPED_TABLES
+/* The length of the mapping of a table of size bytes (>= MAPPED_MIN): whole huge pages, or 0
+ * when that overflows. */
+static size_t mapped_len(size_t size)
+{
+    return size > SIZE_MAX - HUGE_PAGE ? 0 : (size + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+}
+#endif
+
+/* See buffers.h.  Maps len + one huge page, then unmaps the unaligned head and the tail so
+ * that exactly [aligned, aligned + len) stays mapped. */
+void *bpe_table_alloc(size_t size)
+{
+#if MAPPED_TABLES
+    size_t len = mapped_len(size), head;
+    uint8_t *m;
+    if (size >= MAPPED_MIN) {
+        if (len == 0 || len > SIZE_MAX - HUGE_PAGE)
+            return NULL;
+        m = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                 -1, 0);
+        if (m == MAP_FAILED)
+            return NULL;
+        head = (HUGE_PAGE - (uintptr_t)m % HUGE_PAGE) % HUGE_PAGE;
+        if (head > 0)
+            munmap(m, head);
+        munmap(m + head + len, HUGE_PAGE - head);
+        (void)madvise(m + head, len, MADV_HUGEPAGE);
+        return m + head;
+    }
+#endif
+    return malloc(size ? size : 1);
+}
+
+/* See buffers.h. */
+void bpe_table_free(void *p, size_t size)
+{
+    if (p == NULL)
+        return;
+#if MAPPED_TABLES
+    if (size >= MAPPED_MIN) {
+        munmap(p, mapped_len(size));
+        return;
+    }
+#endif
+    free(p);
+}
 
 /* The capacity to grow `cap` to so that it holds `need` items of `size` bytes, or 0 if that
  * many bytes cannot be addressed. */

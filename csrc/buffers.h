@@ -30,4 +30,13 @@ int bpe_bytes_reserve(bpe_bytes *b, size_t more);
  * failure *buf and *cap are unchanged.  (merge.c, model.c) */
 int bpe_grow_array(void **buf, size_t *cap, size_t need, size_t elem);
 
+/* Memory for a large read-mostly lookup table of size bytes (0 is fine), or NULL when out of
+ * memory; its contents are undefined.  Where the system allows, a table of at least 1 MiB is
+ * a fresh 2 MiB-aligned mapping that asks for transparent huge pages, so that random probes
+ * into it do not also miss the TLB.  Release it with bpe_table_free and the same size. */
+void *bpe_table_alloc(size_t size);
+
+/* Releases a block of bpe_table_alloc(size).  NULL is fine. */
+void bpe_table_free(void *p, size_t size);
+
 #endif

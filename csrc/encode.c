@@ -5,7 +5,8 @@
  * Flow of bpe_encode: (1) if some special token is DISALLOWED, the whole text is searched for
  * one first (tiktoken checks the raw text the same way); (2) the text is cut at each ALLOWED
  * special token (leftmost, longest; special.c), whose id is emitted; (3) each segment in
- * between is split into pieces by the built-in pre-tokenizer (bpe_pretok_next); (4) each piece
+ * between is split into pieces by the built-in pre-tokenizer (bpe_pretok_next), a few pieces
+ * ahead of the encoding so that their first table slots can be prefetched; (4) each piece
  * goes through (for ignore_merges) the whole-token lookup, then the word cache of the call's
  * work slot, then the merge of merge.c.  The piece's hash is computed once and serves both the
  * whole-token lookup and the cache.  Whole tokens are looked up before the cache and never
@@ -61,9 +62,17 @@ int bpe_check_mode(const bpe_tokenizer *tok, const uint8_t *special_mode)
     return BPE_OK;
 }
 
-/* Appends the ids of one nonempty piece. */
+/* 1 if encode_piece would use the piece's hash (whole-token lookup or the cache). */
+static int wants_hash(const bpe_tokenizer *tok, const bpe_slot *s, size_t n)
+{
+    return tok->model == NULL && n > 1 &&
+           (tok->ignore_merges || (s->cache != NULL && n < BPE_CACHE_MAX_PIECE));
+}
+
+/* Appends the ids of one nonempty piece.  hash: bpe_hash_bytes(p, n) when the caller already
+ * has it (only when wants_hash), else NULL. */
 static int encode_piece(const bpe_tokenizer *tok, bpe_slot *s, const uint8_t *p, size_t n,
-                        bpe_ids *out)
+                        const uint64_t *hash, bpe_ids *out)
 {
     uint32_t *dst;
     uint64_t h = 0;
@@ -80,11 +89,16 @@ static int encode_piece(const bpe_tokenizer *tok, bpe_slot *s, const uint8_t *p,
         out->len++;
         return BPE_OK;
     }
+    if (hash != NULL) {
+        h = *hash;
+        hashed = 1;
+    }
     if (tok->ignore_merges) {
         /* a piece that is a token is emitted whole: one lookup, and it never takes a cache
          * entry (most pieces of prose are whole tokens; the cache keeps the others) */
         uint32_t id;
-        h = bpe_hash_bytes(p, n);
+        if (!hashed)
+            h = bpe_hash_bytes(p, n);
         hashed = 1;
         if ((id = bpe_ordinary_lookup(tok, p, n, h)) != BPE_NO_ID) {
             dst[0] = id;
@@ -116,23 +130,65 @@ static int cancelled(const int *cancel)
     return cancel != NULL && __atomic_load_n(cancel, __ATOMIC_RELAXED) != 0;
 }
 
-/* Pre-tokenizes one segment (text between special tokens) and encodes its pieces. */
+/* A piece found by the pre-tokenizer and not yet encoded (see encode_segment). */
+typedef struct pending {
+    size_t start, end;   /* its bytes: seg[start..end) */
+    uint64_t hash;       /* bpe_hash_bytes of them, when has_hash */
+    int has_hash;        /* 1 if wants_hash: hash is set and its table slots were prefetched */
+} pending;
+
+/* Records the piece seg[start..end) in *q; hashes it and prefetches the table slots its
+ * lookups will read first: the whole-token table's, and the cache's (wasted when the piece is
+ * a token, but the cache is probed for every other piece, and its slot was a miss too). */
+static void pend(const bpe_tokenizer *tok, const bpe_slot *s, const uint8_t *seg,
+                 size_t start, size_t end, pending *q)
+{
+    size_t n = end - start;
+    q->start = start;
+    q->end = end;
+    q->has_hash = wants_hash(tok, s, n);
+    if (!q->has_hash)
+        return;
+    q->hash = bpe_hash_bytes(seg + start, n);
+    if (tok->ignore_merges)
+        bpe_ordinary_prefetch(tok, q->hash);
+    if (s->cache != NULL && n < BPE_CACHE_MAX_PIECE)
+        bpe_cache_prefetch(s->cache, q->hash);
+}
+
+/* Pre-tokenizes one segment (text between special tokens) and encodes its pieces.
+ *
+ * The pieces are found LOOKAHEAD ahead of the one being encoded, and each is hashed when it is
+ * found, with a prefetch of its slot of the whole-token table (or of the cache when merges are
+ * not ignored).  Those tables are megabytes and a piece's slot is a cache miss: fetched this
+ * way it arrives while the pieces before it are encoded, instead of stalling the lookup.  The
+ * pieces and their order are unchanged. */
+#define LOOKAHEAD 4   /* a power of two */
 static int encode_segment(const bpe_tokenizer *tok, bpe_slot *s, const uint8_t *seg, size_t len,
                           bpe_ids *out, const int *cancel)
 {
-    size_t pos = 0, count = 0;
-    while (pos < len) {
-        size_t end = bpe_pretok_next(tok->pattern, seg, len, pos);
+    pending q[LOOKAHEAD];
+    size_t pos = 0, found = 0, done = 0;
+    for (;;) {
+        const pending *x;
         int rc;
-        if (end <= pos || end > len)
-            return BPE_ERR_ARG;   /* a broken pre-tokenizer; never loop forever */
-        if ((rc = encode_piece(tok, s, seg + pos, end - pos, out)) != BPE_OK)
+        while (pos < len && found - done < LOOKAHEAD) {
+            size_t end = bpe_pretok_next(tok->pattern, seg, len, pos);
+            if (end <= pos || end > len)
+                return BPE_ERR_ARG;   /* a broken pre-tokenizer; never loop forever */
+            pend(tok, s, seg, pos, end, &q[found++ % LOOKAHEAD]);
+            pos = end;
+        }
+        if (done == found)
+            return BPE_OK;
+        x = &q[done++ % LOOKAHEAD];
+        rc = encode_piece(tok, s, seg + x->start, x->end - x->start,
+                          x->has_hash ? &x->hash : NULL, out);
+        if (rc != BPE_OK)
             return rc;
-        pos = end;
-        if (++count % CANCEL_EVERY == 0 && cancelled(cancel))
+        if (done % CANCEL_EVERY == 0 && cancelled(cancel))
             return BPE_ERR_CANCELLED;
     }
-    return BPE_OK;
 }
 
 /* The special-token modes as two masks for the matcher. */
@@ -294,7 +350,7 @@ int bpe_encode_pieces(const bpe_tokenizer *tok, const uint8_t *text,
     bpe_model_begin_call(tok, w.slot);
     for (i = 0; i < n_pieces && rc == BPE_OK; i++) {
         if (piece_ends[i] > prev)
-            rc = encode_piece(tok, w.slot, text + prev, piece_ends[i] - prev, out);
+            rc = encode_piece(tok, w.slot, text + prev, piece_ends[i] - prev, NULL, out);
         prev = piece_ends[i];
     }
     bpe_work_close(&w);

@@ -49,6 +49,7 @@ struct bpe_tokenizer {
 
     uint32_t id_limit;            /* largest id + 1 over ordinary and special tokens */
     uint8_t *bytes;               /* every token's bytes (ordinary, then special) */
+    size_t bytes_size;            /* bytes allocated for bytes (bpe_table_alloc) */
     bpe_token_ref *by_id;         /* id_limit entries: the bytes of each id */
     uint8_t *is_special;          /* id_limit flags: 1 for a special token's id */
     uint32_t byte_id[256];        /* id of each single-byte token, BPE_NO_ID if none */
@@ -61,6 +62,9 @@ struct bpe_tokenizer {
     bpe_pair_entry *pairs;        /* pair table; pair_mask + 1 slots, load <= 1/2 */
     size_t pair_mask;
     int pair_shift;               /* 64 - log2(pair_mask + 1), for the multiplicative hash */
+    uint8_t (*pair_bits)[2];      /* id_limit filters over the pair table: pair_bits[a][0] has
+                                     bpe_pair_bit(b) set for every pair (a, b) in it, and
+                                     pair_bits[b][1] has bpe_pair_bit(a) set */
 
     size_t n_special;             /* special tokens, in spec order */
     uint32_t *special_ids;        /* their ids */
@@ -105,9 +109,9 @@ static inline uint64_t bpe_hash_bytes(const uint8_t *p, size_t n)
     return h;
 }
 
-/* The pair table lookup: the entry for (left, right), or NULL if the pair never merges. */
-static inline const bpe_pair_entry *bpe_pair_find(const bpe_tokenizer *tok, uint32_t left,
-                                                  uint32_t right)
+/* The pair table probe: the entry for (left, right), or NULL if the pair never merges. */
+static inline const bpe_pair_entry *bpe_pair_probe(const bpe_tokenizer *tok, uint32_t left,
+                                                   uint32_t right)
 {
     uint64_t key = ((uint64_t)left << 32) | right;
     size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> tok->pair_shift);
@@ -119,6 +123,30 @@ static inline const bpe_pair_entry *bpe_pair_find(const bpe_tokenizer *tok, uint
             return NULL;
         i = (i + 1) & tok->pair_mask;
     }
+}
+
+/* The bit of pair_bits that stands for id x (a multiplicative hash: 3 bits). */
+static inline unsigned bpe_pair_bit(uint32_t x)
+{
+    return 1u << ((x * 0x9E3779B1u) >> 29);
+}
+
+/* The pair table lookup: the entry for (left, right), or NULL if the pair never merges.  The
+ * two filter bytes of pair_bits (ids < id_limit) rule out most pairs that do not merge before
+ * the probe, which is usually a cache miss. */
+static inline const bpe_pair_entry *bpe_pair_find(const bpe_tokenizer *tok, uint32_t left,
+                                                  uint32_t right)
+{
+    if (!(tok->pair_bits[left][0] & bpe_pair_bit(right)) ||
+        !(tok->pair_bits[right][1] & bpe_pair_bit(left)))
+        return NULL;
+    return bpe_pair_probe(tok, left, right);
+}
+
+/* Starts loading the slot where bpe_ordinary_lookup(tok, ..., h) begins its probe. */
+static inline void bpe_ordinary_prefetch(const bpe_tokenizer *tok, uint64_t h)
+{
+    BPE_PREFETCH(&tok->ordinary[(size_t)h & tok->ordinary_mask]);
 }
 
 /* The id of the ordinary token with exactly these bytes (hash h = bpe_hash_bytes), or

@@ -964,6 +964,33 @@ def test_tokenizers_created_and_freed_from_many_threads():
     assert errors == []
 
 
+def test_large_tables_right_and_released():
+    """A vocabulary big enough for tables of over 1 MiB (which bpe_table_alloc maps itself and
+    bpe_table_free unmaps) encodes as the reference does, and building and freeing it again and
+    again does not grow the process (a wrong unmap size would leak or crash)."""
+    psutil = pytest.importorskip("psutil")
+    rng = random.Random(11)
+    letters = [bytes([b]) for b in b"abcdefghijklmnop"]
+    longer = [a + b for a in letters for b in letters]
+    longer += [a + b for a in longer for b in letters]
+    longer += rng.sample([a + b for a in longer[256:] for b in letters], 60000)
+    rng.shuffle(longer)   # ranks in random order: many tokens have several splits
+    ranks = {bytes([b]): b for b in range(256)}
+    ranks.update((t, 256 + k) for k, t in enumerate(longer))
+    items = list(ranks.items())
+    pieces = [random_text(rng, b"abcdefghijklmnop", rng.randrange(2, 16)) for _ in range(300)]
+    expect = [i for p in pieces for i in ref_tiktoken(p, ranks, 0)]
+    tok = CTok(items, lib.BPE_RULE_TIKTOKEN, ignore_merges=0).ok()
+    assert tok.pieces(pieces) == expect
+    tok.close()
+    if "ASAN_OPTIONS" in os.environ:
+        return   # scripts/sanitize.sh: AddressSanitizer holds freed memory in quarantine
+    rss = psutil.Process().memory_info().rss
+    for _ in range(8):
+        CTok(items, lib.BPE_RULE_TIKTOKEN).ok().close()
+    assert psutil.Process().memory_info().rss - rss < 16 << 20
+
+
 def test_encode_file_cancel_midway(tmp_path, small_chunks):
     """A cancel set while the call runs (seen through progress.done moving) stops it, and the
     output and its temporary file are gone."""
