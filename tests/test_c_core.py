@@ -145,13 +145,11 @@ def gpt2_byte_decoder():
 _CACHE = {}
 
 
-def real_tokenizer(name, rule=None, specials=True, pattern=0, cache=4096):
-    key = (name, rule, specials, pattern, cache)
-    if key in _CACHE:
-        return _CACHE[key]
-    enc = tiktoken_encoding(name)   # also puts offline_tiktoken on sys.path
-    special = sorted(enc._special_tokens.items()) if specials else []
-    special = [(s.encode(), i) for s, i in special]
+def real_vocab(name, rule=None):
+    """(tokens [(bytes, id)], rule, merges [(id, id)]) of a real vocabulary, read from the
+    shared files: gpt2 as vocab.json + merges.txt unless rule asks for the tiktoken rule, the
+    others (and gpt2 then) as tiktoken ranks."""
+    tiktoken_encoding(name)   # puts offline_tiktoken on sys.path (or skips)
     if name == "gpt2" and rule != lib.BPE_RULE_TIKTOKEN:
         dec = gpt2_byte_decoder()
         vocab = json.loads(vocab_path("gpt2_vocab.json").read_text(encoding="utf-8"))
@@ -161,19 +159,29 @@ def real_tokenizer(name, rule=None, specials=True, pattern=0, cache=4096):
             if line and not line.startswith("#version"):
                 a, b = line.split(" ")
                 merges.append((vocab[a], vocab[b]))
-        tok = CTok(tokens, lib.BPE_RULE_MERGES, merges, special, pattern, 0, cache).ok()
+        return tokens, lib.BPE_RULE_MERGES, merges
+    if name == "gpt2":
+        from offline_tiktoken import load_ranks
+        ranks = load_ranks("gpt2")
     else:
-        if name == "gpt2":
-            from offline_tiktoken import load_ranks
-            ranks = load_ranks("gpt2")
-        else:
-            ranks = {}
-            for line in vocab_path(f"{name}.tiktoken").read_bytes().splitlines():
-                if line:
-                    t, r = line.split()
-                    ranks[base64.b64decode(t)] = int(r)
-        tok = CTok(list(ranks.items()), lib.BPE_RULE_TIKTOKEN, (), special, pattern, 1,
-                   cache).ok()
+        ranks = {}
+        for line in vocab_path(f"{name}.tiktoken").read_bytes().splitlines():
+            if line:
+                t, r = line.split()
+                ranks[base64.b64decode(t)] = int(r)
+    return list(ranks.items()), lib.BPE_RULE_TIKTOKEN, ()
+
+
+def real_tokenizer(name, rule=None, specials=True, pattern=0, cache=4096):
+    key = (name, rule, specials, pattern, cache)
+    if key in _CACHE:
+        return _CACHE[key]
+    enc = tiktoken_encoding(name)
+    special = sorted(enc._special_tokens.items()) if specials else []
+    special = [(s.encode(), i) for s, i in special]
+    tokens, rule, merges = real_vocab(name, rule)
+    tok = CTok(tokens, rule, merges, special, pattern, int(rule == lib.BPE_RULE_TIKTOKEN),
+               cache).ok()
     _CACHE[key] = (tok, enc)
     return tok, enc
 

@@ -11,17 +11,15 @@ test counts them, so the fallback is exercised, and checks their ids all the sam
 References never come from the code under test.  BPE_CFFI_LONG=1 adds 10 MB pieces and more
 seeds.
 """
-import base64
-import json
 import random
 import threading
 
 import pytest
 
 from bpe_cffi._native import lib
-from conftest import LONG, tiktoken_encoding, vocab_path
-from test_c_core import (PATTERN_ID, CError, CTok, gpt2_byte_decoder, random_merge_vocab,
-                         random_tiktoken_vocab, ref_merges, ref_tiktoken)
+from conftest import LONG, tiktoken_encoding
+from test_c_core import (PATTERN_ID, CError, CTok, random_merge_vocab, random_tiktoken_vocab,
+                         real_vocab, ref_merges, ref_tiktoken)
 
 NAMES = ["gpt2", "cl100k_base", "o200k_base"]
 LETTERS = b"abcdefghijklmnopqrstuvwxyz"
@@ -37,24 +35,9 @@ def with_threshold(monkeypatch, threshold, build):
 
 def real_ctok(name, pattern=0):
     """A CTok of a real vocabulary, built fresh (the environment is read at build)."""
-    tiktoken_encoding(name)   # puts offline_tiktoken on sys.path (or skips)
-    if name == "gpt2":
-        dec = gpt2_byte_decoder()
-        vocab = json.loads(vocab_path("gpt2_vocab.json").read_text(encoding="utf-8"))
-        tokens = [(bytes(dec[c] for c in t), i) for t, i in vocab.items() if t != "<|endoftext|>"]
-        merges = []
-        for line in vocab_path("gpt2_merges.txt").read_text(encoding="utf-8").splitlines():
-            if line and not line.startswith("#version"):
-                a, b = line.split(" ")
-                merges.append((vocab[a], vocab[b]))
-        return CTok(tokens, lib.BPE_RULE_MERGES, merges, pattern=pattern).ok()
-    ranks = {}
-    for line in vocab_path(f"{name}.tiktoken").read_bytes().splitlines():
-        if line:
-            t, r = line.split()
-            ranks[base64.b64decode(t)] = int(r)
-    return CTok(list(ranks.items()), lib.BPE_RULE_TIKTOKEN, pattern=pattern,
-                ignore_merges=1).ok()
+    tokens, rule, merges = real_vocab(name)
+    return CTok(tokens, rule, merges, pattern=pattern,
+                ignore_merges=int(rule == lib.BPE_RULE_TIKTOKEN)).ok()
 
 
 @pytest.fixture(scope="module")

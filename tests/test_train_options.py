@@ -22,6 +22,7 @@ from bpe_cffi import formats, train_bpe  # noqa: E402
 from bpe_cffi._native import ffi, lib  # noqa: E402
 from bpe_cffi.patterns import GPT2  # noqa: E402
 from bpe_cffi.train import _add_words, _new_trainer, _Options, _result, _train  # noqa: E402
+from test_train import assert_same  # noqa: E402
 
 EOT = "<|endoftext|>"
 GPT2_PY = "(?:" + GPT2 + ")"      # split by Python's regex, merged by C
@@ -59,15 +60,6 @@ def n_initial(counts, opts) -> int:
                                 opts.get("continuing_subword_prefix"),
                                 opts.get("end_of_word_suffix"))
     return len(tokens)
-
-
-def assert_same(got, want):
-    gv, gm = got
-    wv, wm = want
-    for i, (a, b) in enumerate(zip(gm, wm)):
-        assert a == b, f"merge {i} differs: got {a!r}, reference {b!r}"
-    assert len(gm) == len(wm)
-    assert gv == wv
 
 
 def ref_options(opts):
