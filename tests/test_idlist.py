@@ -121,6 +121,37 @@ def test_join_utf8_equals_joining_encoded_texts():
         assert got_ends == want
 
 
+def runs_text(rng, pools, n_runs):
+    """Runs of 0..40 characters, each from one pool: long ASCII stretches inside Latin-1, BMP
+    and astral strings, as real text has them (the helper copies those 8 or 16 at a time)."""
+    return "".join("".join(rng.choice(pool) for _ in range(rng.randrange(0, 41)))
+                   for pool in (rng.choice(pools) for _ in range(n_runs)))
+
+
+def test_join_utf8_of_runs_long_texts_and_surrogates_anywhere():
+    rng = random.Random(5)
+    ascii_ = [chr(c) for c in range(0x20, 0x7F)]
+    pools = [ascii_, [chr(c) for c in (0x80, 0xE9, 0xFF)],
+             [chr(c) for c in (0x7FF, 0x800, 0x4E00, 0xFFFF)], ["\U0001F600", "\U0010FFFF"]]
+    for _ in range(200):
+        kinds = [ascii_] + rng.sample(pools[1:], rng.randrange(1, 4))
+        texts = [runs_text(rng, kinds, rng.randrange(0, 12)) for _ in range(rng.randrange(1, 6))]
+        joined, ends = _idcache.join_utf8(texts)
+        assert joined == "".join(texts).encode("utf-8")
+        assert list(ffi.from_buffer("size_t[]", ends))[-1] == len(joined)
+        # a surrogate at any place of any text sends the batch to the slow path
+        k = rng.randrange(len(texts))
+        at = rng.randrange(len(texts[k]) + 1)
+        bad = texts[:k] + [texts[k][:at] + rng.choice("\ud800\udbff\udc00\udfff") +
+                           texts[k][at:]] + texts[k + 1:]
+        assert _idcache.join_utf8(bad) is None
+    # longer than the helper's 32768-character counting round (int16 lanes would overflow
+    # in one with no flush), of each kind
+    for text in ["\u00e9" + "ab\u00ffcd" * 20000, ("x\u4e00y\u07ff" + "z" * 9) * 5000,
+                 "\u4e00" * 140000, ("a\U0001F600" + "\u0800" * 7) * 6000]:
+        assert _idcache.join_utf8([text, "tail"])[0] == (text + "tail").encode("utf-8")
+
+
 @pytest.mark.parametrize("texts", [["\ud800"], ["ok", "a\udfffb"], ["x\ud83d\ude00"],
                                    ["é\ud800"], ["\U0001F600\udc00"], ["a", 3], ["a", b"b"]])
 def test_join_utf8_leaves_surrogates_and_non_str_to_the_slow_path(texts):

@@ -32,6 +32,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* A new reference to the int `id`: the cached object when there is one. */
 static PyObject *id_object(uint32_t id, PyObject *const *cached, Py_ssize_t n_cached)
@@ -168,40 +171,89 @@ static PyObject *ids_from_le_bytes(PyObject *self, PyObject *args)
 
 /* ---- texts in: the UTF-8 of a list of str, laid end to end ------------------------------ */
 
+/* How many of the n Latin-1 characters at p take two UTF-8 bytes (those >= 0x80). */
+static Py_ssize_t extra_ucs1(const Py_UCS1 *p, Py_ssize_t n)
+{
+    Py_ssize_t i = 0, extra = 0;
+#if defined(__SSE2__)
+    for (; i + 16 <= n; i += 16)
+        extra += __builtin_popcount(
+            (unsigned)_mm_movemask_epi8(_mm_loadu_si128((const __m128i *)(p + i))));
+#endif
+    for (; i < n; i++)
+        extra += p[i] >> 7;
+    return extra;
+}
+
+/* Adds to *len the extra UTF-8 bytes of the n UCS-2 characters at p (one for >= 0x80, two
+ * for >= 0x800); returns 1 if one of them is a surrogate (no UTF-8 exists), else 0. */
+static int extra_ucs2(const Py_UCS2 *p, Py_ssize_t n, Py_ssize_t *len)
+{
+    Py_ssize_t i = 0, extra = 0;
+    int surrogates = 0;
+#if defined(__SSE2__)
+    /* unsigned compares by flipping the sign bit; lane counters hold at most 2 per round,
+     * so they are summed every 4096 rounds, long before an int16 could overflow */
+    const __m128i sign = _mm_set1_epi16((short)0x8000);
+    const __m128i over7f = _mm_set1_epi16((short)(0x7F ^ 0x8000));
+    const __m128i over7ff = _mm_set1_epi16((short)(0x7FF ^ 0x8000));
+    const __m128i high5 = _mm_set1_epi16((short)0xF800), sur = _mm_set1_epi16((short)0xD800);
+    __m128i bad = _mm_setzero_si128();
+    while (i + 8 <= n) {
+        __m128i count = _mm_setzero_si128();
+        int16_t lanes[8];
+        int rounds, k;
+        for (rounds = 0; rounds < 4096 && i + 8 <= n; rounds++, i += 8) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+            __m128i x = _mm_xor_si128(v, sign);
+            count = _mm_sub_epi16(count, _mm_cmpgt_epi16(x, over7f));
+            count = _mm_sub_epi16(count, _mm_cmpgt_epi16(x, over7ff));
+            bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(v, high5), sur));
+        }
+        _mm_storeu_si128((__m128i *)lanes, count);
+        for (k = 0; k < 8; k++)
+            extra += lanes[k];
+    }
+    surrogates = _mm_movemask_epi8(bad) != 0;
+#endif
+    for (; i < n; i++) {
+        Py_UCS2 c = p[i];
+        extra += (c >= 0x80) + (c >= 0x800);
+        surrogates |= (c & 0xF800) == 0xD800;
+    }
+    *len += extra;
+    return surrogates;
+}
+
+/* extra_ucs2 for UCS-4 characters (three extra bytes for >= 0x10000). */
+static int extra_ucs4(const Py_UCS4 *p, Py_ssize_t n, Py_ssize_t *len)
+{
+    Py_ssize_t i, extra = 0;
+    int surrogates = 0;
+    for (i = 0; i < n; i++) {
+        Py_UCS4 c = p[i];
+        extra += (c >= 0x80) + (c >= 0x800) + (c >= 0x10000);
+        surrogates |= (c & 0x1FF800) == 0xD800;
+    }
+    *len += extra;
+    return surrogates;
+}
+
 /* The UTF-8 length of s, or -1 if it holds a surrogate code point (one loop per storage
- * kind: PyUnicode_READ's switch per character costs more than the counting). */
+ * kind: PyUnicode_READ's switch per character costs more than the counting).  The extra bytes
+ * (beyond one per character) are counted 16 or 8 characters at a time where SSE2 is there:
+ * most non-ASCII text (English with curly quotes, CJK) is 2-byte kind. */
 static Py_ssize_t utf8_length(PyObject *s)
 {
-    Py_ssize_t n = PyUnicode_GET_LENGTH(s), i, total = n;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
     const void *data = PyUnicode_DATA(s);
     if (PyUnicode_IS_ASCII(s))
         return n;
-    if (PyUnicode_KIND(s) == PyUnicode_1BYTE_KIND) {
-        const Py_UCS1 *p = data;
-        for (i = 0; i < n; i++)
-            total += p[i] >> 7;
-    } else if (PyUnicode_KIND(s) == PyUnicode_2BYTE_KIND) {
-        const Py_UCS2 *p = data;
-        int surrogates = 0;
-        for (i = 0; i < n; i++) {
-            Py_UCS2 c = p[i];
-            total += (c >= 0x80) + (c >= 0x800);
-            surrogates |= (c & 0xF800) == 0xD800;
-        }
-        if (surrogates)
-            return -1;
-    } else {
-        const Py_UCS4 *p = data;
-        int surrogates = 0;
-        for (i = 0; i < n; i++) {
-            Py_UCS4 c = p[i];
-            total += (c >= 0x80) + (c >= 0x800) + (c >= 0x10000);
-            surrogates |= (c & 0x1FF800) == 0xD800;
-        }
-        if (surrogates)
-            return -1;
-    }
-    return total;
+    if (PyUnicode_KIND(s) == PyUnicode_1BYTE_KIND)
+        return n + extra_ucs1(data, n);
+    if (PyUnicode_KIND(s) == PyUnicode_2BYTE_KIND)
+        return extra_ucs2(data, n, &n) ? -1 : n;
+    return extra_ucs4(data, n, &n) ? -1 : n;
 }
 
 /* Appends the UTF-8 of code point c (not a surrogate) at out; returns the end. */
@@ -225,6 +277,56 @@ static char *put_utf8(Py_UCS4 c, char *out)
     return out;
 }
 
+/* The UTF-8 of the n Latin-1 characters at p, written at out; returns the end.  Blocks of
+ * 16 ASCII characters are copied whole where SSE2 is there. */
+static char *write_ucs1(const Py_UCS1 *p, Py_ssize_t n, char *out)
+{
+    Py_ssize_t i = 0, end;
+    while (i < n) {
+#if defined(__SSE2__)
+        for (; i + 16 <= n; i += 16, out += 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+            if (_mm_movemask_epi8(v) != 0)
+                break;
+            _mm_storeu_si128((__m128i *)out, v);
+        }
+#endif
+        for (end = i + 16 < n ? i + 16 : n; i < end; i++) {
+            if (p[i] < 0x80) {
+                *out++ = (char)p[i];
+            } else {
+                *out++ = (char)(0xC0 | (p[i] >> 6));
+                *out++ = (char)(0x80 | (p[i] & 0x3F));
+            }
+        }
+    }
+    return out;
+}
+
+/* write_ucs1 for UCS-2 characters (no surrogates): blocks of 8 ASCII characters are packed
+ * to bytes whole where SSE2 is there. */
+static char *write_ucs2(const Py_UCS2 *p, Py_ssize_t n, char *out)
+{
+    Py_ssize_t i = 0, end;
+#if defined(__SSE2__)
+    const __m128i high = _mm_set1_epi16((short)0xFF80);
+#endif
+    while (i < n) {
+#if defined(__SSE2__)
+        for (; i + 8 <= n; i += 8, out += 8) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+            __m128i ascii = _mm_cmpeq_epi16(_mm_and_si128(v, high), _mm_setzero_si128());
+            if (_mm_movemask_epi8(ascii) != 0xFFFF)
+                break;
+            _mm_storel_epi64((__m128i *)out, _mm_packus_epi16(v, v));
+        }
+#endif
+        for (end = i + 8 < n ? i + 8 : n; i < end; i++)
+            out = p[i] < 0x80 ? (*out = (char)p[i], out + 1) : put_utf8(p[i], out);
+    }
+    return out;
+}
+
 /* Writes the UTF-8 of s (no surrogates: utf8_length checked) at out; returns the end. */
 static char *write_utf8(PyObject *s, char *out)
 {
@@ -234,24 +336,13 @@ static char *write_utf8(PyObject *s, char *out)
         memcpy(out, data, (size_t)n);
         return out + n;
     }
-    if (PyUnicode_KIND(s) == PyUnicode_1BYTE_KIND) {
-        const Py_UCS1 *p = data;
-        for (i = 0; i < n; i++) {
-            if (p[i] < 0x80) {
-                *out++ = (char)p[i];
-            } else {
-                *out++ = (char)(0xC0 | (p[i] >> 6));
-                *out++ = (char)(0x80 | (p[i] & 0x3F));
-            }
-        }
-    } else if (PyUnicode_KIND(s) == PyUnicode_2BYTE_KIND) {
-        const Py_UCS2 *p = data;
-        for (i = 0; i < n; i++)
-            out = p[i] < 0x80 ? (*out = (char)p[i], out + 1) : put_utf8(p[i], out);
-    } else {
-        const Py_UCS4 *p = data;
-        for (i = 0; i < n; i++)
-            out = p[i] < 0x80 ? (*out = (char)p[i], out + 1) : put_utf8(p[i], out);
+    if (PyUnicode_KIND(s) == PyUnicode_1BYTE_KIND)
+        return write_ucs1(data, n, out);
+    if (PyUnicode_KIND(s) == PyUnicode_2BYTE_KIND)
+        return write_ucs2(data, n, out);
+    for (i = 0; i < n; i++) {
+        Py_UCS4 c = ((const Py_UCS4 *)data)[i];
+        out = c < 0x80 ? (*out = (char)c, out + 1) : put_utf8(c, out);
     }
     return out;
 }
