@@ -2,7 +2,7 @@
  * idlist.c - bpe_cffi._idlist, a small CPython extension that turns token ids held by C into
  * Python lists of ints quickly.
  *
- * Why it exists.  The encoder itself is the CFFI module (csrc/*.c); but CFFI can only hand
+ * Why it exists.  The encoder itself is the CFFI module (the C files of csrc/); but CFFI can only hand
  * Python a buffer of uint32, and making one int object per id from it (memoryview.tolist,
  * ffi.unpack) allocates every int: about as long as encoding the text.  Python ints are
  * immutable, so one object per id value can be shared by every list: this module builds a
@@ -303,9 +303,23 @@ static char *write_ucs1(const Py_UCS1 *p, Py_ssize_t n, char *out)
     return out;
 }
 
-/* write_ucs1 for UCS-2 characters (no surrogates): blocks of 8 ASCII characters are packed
- * to bytes whole where SSE2 is there. */
-static char *write_ucs2(const Py_UCS2 *p, Py_ssize_t n, char *out)
+/* Writes the UTF-8 of BMP character c (not a surrogate) at out without a branch on its width:
+ * three bytes are stored whatever it takes (the caller leaves room), and the end of its
+ * own bytes is returned; the next character overwrites the rest.  Mixed text (CJK with ASCII
+ * punctuation, Cyrillic words and spaces) would mispredict a branch per width change. */
+static char *put_bmp_wide(unsigned c, char *out)
+{
+    unsigned two = c >= 0x80, three = c >= 0x800;
+    out[0] = (char)(three ? 0xE0 | c >> 12 : two ? 0xC0 | c >> 6 : c);
+    out[1] = (char)(0x80 | ((three ? c >> 6 : c) & 0x3F));
+    out[2] = (char)(0x80 | (c & 0x3F));
+    return out + 1 + two + three;
+}
+
+/* write_ucs1 for UCS-2 characters (no surrogates), with room up to `limit` in the output:
+ * blocks of 8 ASCII characters are packed to bytes whole where SSE2 is there; other blocks
+ * go through put_bmp_wide while 8 of its 3-byte stores fit before limit. */
+static char *write_ucs2(const Py_UCS2 *p, Py_ssize_t n, char *out, const char *limit)
 {
     Py_ssize_t i = 0, end;
 #if defined(__SSE2__)
@@ -321,14 +335,21 @@ static char *write_ucs2(const Py_UCS2 *p, Py_ssize_t n, char *out)
             _mm_storel_epi64((__m128i *)out, _mm_packus_epi16(v, v));
         }
 #endif
-        for (end = i + 8 < n ? i + 8 : n; i < end; i++)
-            out = p[i] < 0x80 ? (*out = (char)p[i], out + 1) : put_utf8(p[i], out);
+        end = i + 8 < n ? i + 8 : n;
+        if (limit - out >= 3 * 8) {
+            for (; i < end; i++)
+                out = put_bmp_wide(p[i], out);
+        } else {
+            for (; i < end; i++)
+                out = p[i] < 0x80 ? (*out = (char)p[i], out + 1) : put_utf8(p[i], out);
+        }
     }
     return out;
 }
 
-/* Writes the UTF-8 of s (no surrogates: utf8_length checked) at out; returns the end. */
-static char *write_utf8(PyObject *s, char *out)
+/* Writes the UTF-8 of s (no surrogates: utf8_length checked) at out, which has room up to
+ * limit; returns the end. */
+static char *write_utf8(PyObject *s, char *out, const char *limit)
 {
     Py_ssize_t n = PyUnicode_GET_LENGTH(s), i;
     const void *data = PyUnicode_DATA(s);
@@ -339,7 +360,7 @@ static char *write_utf8(PyObject *s, char *out)
     if (PyUnicode_KIND(s) == PyUnicode_1BYTE_KIND)
         return write_ucs1(data, n, out);
     if (PyUnicode_KIND(s) == PyUnicode_2BYTE_KIND)
-        return write_ucs2(data, n, out);
+        return write_ucs2(data, n, out, limit);
     for (i = 0; i < n; i++) {
         Py_UCS4 c = ((const Py_UCS4 *)data)[i];
         out = c < 0x80 ? (*out = (char)c, out + 1) : put_utf8(c, out);
@@ -382,7 +403,7 @@ static PyObject *join_utf8(PyObject *self, PyObject *texts)
     }
     out = PyBytes_AS_STRING(joined);
     for (k = 0; k < n; k++)           /* the list cannot change: the GIL is held throughout */
-        out = write_utf8(PyList_GET_ITEM(texts, k), out);
+        out = write_utf8(PyList_GET_ITEM(texts, k), out, PyBytes_AS_STRING(joined) + total);
     result = PyTuple_Pack(2, joined, ends_obj);
     Py_DECREF(joined);
     Py_DECREF(ends_obj);
