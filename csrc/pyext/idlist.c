@@ -2,9 +2,9 @@
  * idlist.c - bpe_cffi._idlist, a small CPython extension that turns token ids held by C into
  * Python lists of ints quickly.
  *
- * Why it exists.  The encoder itself is the CFFI module (the C files of csrc/); but CFFI can only hand
- * Python a buffer of uint32, and making one int object per id from it (memoryview.tolist,
- * ffi.unpack) allocates every int: about as long as encoding the text.  Python ints are
+ * Why it exists.  The encoder itself is the CFFI module (the C files of csrc/), but CFFI can
+ * only hand Python a buffer of uint32, and making one int object per id from it
+ * (memoryview.tolist, ffi.unpack) allocates every int: about as long as encoding the text.  Python ints are
  * immutable, so one object per id value can be shared by every list: this module builds a
  * list by taking new references to the objects of a cache list (cache[i] is the int i) and
  * only allocates ints for ids beyond the cache.
