@@ -357,24 +357,41 @@ def synthesize_merges(vocab: dict) -> list:
 
 # ---- HuggingFace tokenizer.json ----------------------------------------------------------
 
+def _token_text(b: bytes, what: str) -> str:
+    """A token of a character-level vocabulary as its string (it must be UTF-8)."""
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} {b!r} is not UTF-8: not a character-level vocabulary") \
+            from None
+
+
 def hf_json(vocab: dict, merges, special: dict, pattern_regex: str, rule: str,
             pattern_name, byte_level: bool = True) -> dict:
     """The tokenizer.json document for an ordinary vocab {id: bytes}, merges [(bytes, bytes)],
-    special tokens {str: id}.  byte_level=False: tokens are written as their text, and
-    neither the pre-tokenizer nor the decoder is ByteLevel."""
-    added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True}
-             for s, i in sorted(special.items(), key=lambda kv: kv[1])]
-    tok_str = bytes_to_token_str if byte_level else (lambda b: b.decode("utf-8"))
-    model_vocab = {tok_str(b): i for i, b in sorted(vocab.items())}
+    special tokens {str: id}.  byte_level=False: tokens are written as their text (they must
+    be UTF-8), and neither the pre-tokenizer nor the decoder is ByteLevel."""
+    if byte_level:
+        tok_str, alphabet = (lambda b, what: bytes_to_token_str(b)), " in the byte-level alphabet"
+    else:
+        tok_str, alphabet = _token_text, ""
+    model_vocab = {}
+    for i, b in sorted(vocab.items()):
+        s = tok_str(b, f"token {i}")
+        if s in model_vocab:
+            raise ValueError(f"tokens {model_vocab[s]} and {i} are both {s!r}")
+        model_vocab[s] = i
     for s, i in special.items():
         # HF gives an added token the id of the model token with the same string, and
         # otherwise the next free id: list them in the model vocab to keep our ids.
         if model_vocab.get(s, i) != i:
             raise ValueError(f"special token {s!r} (id {i}) has the same string as ordinary "
-                             f"token {model_vocab[s]} in the byte-level alphabet; HF's "
-                             f"tokenizer.json cannot hold both")
+                             f"token {model_vocab[s]}{alphabet}; HF's tokenizer.json cannot "
+                             f"hold both")
         model_vocab[s] = i
+    added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True}
+             for s, i in sorted(special.items(), key=lambda kv: kv[1])]
     split = {"type": "Split", "pattern": {"Regex": onig_regex(pattern_regex)},
              "behavior": "Isolated", "invert": False}
     byte_level_step = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
@@ -399,7 +416,8 @@ def hf_json(vocab: dict, merges, special: dict, pattern_regex: str, rule: str,
             "byte_fallback": False,
             "ignore_merges": True,
             "vocab": model_vocab,
-            "merges": [[tok_str(a), tok_str(b)] for a, b in merges],
+            "merges": [[tok_str(a, "merge part"), tok_str(b, "merge part")]
+                       for a, b in merges],
             # ours; HF ignores unknown keys inside "model" (but rejects them at top level)
             "bpe_cffi": {
                 "format": 1,
@@ -423,59 +441,20 @@ def hf_json_char_level(vocab: dict, merges, special: dict, pattern_regex: str, p
                        continuing_subword_prefix=None, end_of_word_suffix=None) -> dict:
     """The tokenizer.json document for a CHARACTER-level vocabulary (train_bpe with
     byte_level=False): {id: UTF-8 bytes of the token string}, merges [(bytes, bytes)], special
-    tokens {str: id}.  HF's char-level layout: token strings as they are (no byte-to-unicode
-    mapping), the Split pre-tokenizer alone, the prefix and suffix in the model section, and a
-    decoder that drops them and joins the tokens (our pre-tokens keep their spaces, so joining
-    restores the text; HF's BPEDecoder would turn the suffix into a space instead)."""
-    def text(b: bytes, what: str) -> str:
-        try:
-            return b.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ValueError(f"{what} {b!r} is not UTF-8: not a character-level vocabulary") \
-                from None
-    model_vocab = {}
-    for i, b in sorted(vocab.items()):
-        s = text(b, f"token {i}")
-        if s in model_vocab:
-            raise ValueError(f"tokens {model_vocab[s]} and {i} are both {s!r}")
-        model_vocab[s] = i
-    for s, i in special.items():
-        if model_vocab.get(s, i) != i:
-            raise ValueError(f"special token {s!r} (id {i}) has the same string as ordinary "
-                             f"token {model_vocab[s]}; HF's tokenizer.json cannot hold both")
-        model_vocab[s] = i
-    added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True}
-             for s, i in sorted(special.items(), key=lambda kv: kv[1])]
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": None,
-        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": onig_regex(pattern_regex)},
-                          "behavior": "Isolated", "invert": False},
-        "post_processor": None,
-        "decoder": char_level_decoder(continuing_subword_prefix, end_of_word_suffix),
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": continuing_subword_prefix or None,
-            "end_of_word_suffix": end_of_word_suffix or None,
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": False,
-            "vocab": model_vocab,
-            "merges": [[text(a, "merge part"), text(b, "merge part")] for a, b in merges],
-            "bpe_cffi": {
-                "format": 1,
-                "rule": RULE_MERGES,
-                "pattern": pattern_name if pattern_name else pattern_regex,
-                "byte_level": False,
-            },
-        },
-    }
+    tokens {str: id}.  HF's char-level layout: hf_json's byte_level=False document (token
+    strings as they are, the Split pre-tokenizer alone) with the prefix and suffix in the model
+    section, merges applied by rank, and a decoder that drops them and joins the tokens (our
+    pre-tokens keep their spaces, so joining restores the text; HF's BPEDecoder would turn the
+    suffix into a space instead)."""
+    doc = hf_json(vocab, merges, special, pattern_regex, RULE_MERGES, pattern_name,
+                  byte_level=False)
+    doc["decoder"] = char_level_decoder(continuing_subword_prefix, end_of_word_suffix)
+    model = doc["model"]
+    model["continuing_subword_prefix"] = continuing_subword_prefix or None
+    model["end_of_word_suffix"] = end_of_word_suffix or None
+    model["ignore_merges"] = False
+    model["bpe_cffi"]["byte_level"] = False
+    return doc
 
 
 def onig_regex(pattern: str) -> str:
