@@ -596,11 +596,7 @@ class PreTokenizerSequence(_PreTokenizer):
 
     @classmethod
     def from_json(cls, d):
-        _check_keys(d, ("pretokenizers",), "Sequence")
-        items = d.get("pretokenizers")
-        if not isinstance(items, list):
-            raise UnsupportedComponent("pre_tokenizer Sequence: pretokenizers must be a list")
-        return cls([pre_tokenizer_from_json(x) for x in items])
+        return cls(_sequence_items(d, "pretokenizers", "pre_tokenizer", pre_tokenizer_from_json))
 
     def to_json(self):
         return {"type": "Sequence", "pretokenizers": [p.to_json() for p in self.pretokenizers]}
@@ -643,6 +639,16 @@ def pre_tokenizer_from_json(d):
     """A pre-tokenizer from its tokenizer.json form; UnsupportedComponent names an unknown
     type ("pre_tokenizer BertPreTokenizer") or option."""
     return _dispatch(d, _PRE_TOKENIZERS, "pre_tokenizer")
+
+
+def _sequence_items(d, key, what, item_from_json):
+    """The components listed under `key` in a Sequence's tokenizer.json form, each read by
+    item_from_json; UnsupportedComponent if they are not a list."""
+    _check_keys(d, (key,), "Sequence")
+    items = d.get(key)
+    if not isinstance(items, list):
+        raise UnsupportedComponent(f"{what} Sequence: {key} must be a list")
+    return [item_from_json(x) for x in items]
 
 
 def _dispatch(d, table, what):
@@ -803,11 +809,7 @@ class NormalizerSequence(_Normalizer):
 
     @classmethod
     def from_json(cls, d):
-        _check_keys(d, ("normalizers",), "Sequence")
-        items = d.get("normalizers")
-        if not isinstance(items, list):
-            raise UnsupportedComponent("normalizer Sequence: normalizers must be a list")
-        return cls([normalizer_from_json(x) for x in items])
+        return cls(_sequence_items(d, "normalizers", "normalizer", normalizer_from_json))
 
     def to_json(self):
         return {"type": "Sequence", "normalizers": [n.to_json() for n in self.normalizers]}
@@ -1120,11 +1122,7 @@ class DecoderSequence(_Decoder):
 
     @classmethod
     def from_json(cls, d):
-        _check_keys(d, ("decoders",), "Sequence")
-        items = d.get("decoders")
-        if not isinstance(items, list):
-            raise UnsupportedComponent("decoder Sequence: decoders must be a list")
-        return cls([decoder_from_json(x) for x in items])
+        return cls(_sequence_items(d, "decoders", "decoder", decoder_from_json))
 
     def to_json(self):
         return {"type": "Sequence", "decoders": [d.to_json() for d in self.decoders]}
