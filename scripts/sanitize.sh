@@ -15,7 +15,9 @@
 #   2. Rebuilds the CFFI extension in place with BPE_CFFI_SANITIZE=1 (see build_ffi.py) and
 #      runs pytest with the ASan runtime preloaded into Python (LD_PRELOAD), leak detection off
 #      there (CPython's own allocations are noisy), every UBSan finding fatal.
-#   3. Always rebuilds the normal optimised extension at exit, so the worktree is left as found.
+#      The id-list helper extension (csrc/pyext/idlist.c) is compiled with the same flags.
+#   3. Always rebuilds the normal optimised extension at exit (and puts the helper's optimised
+#      build back), so the worktree is left as found.
 # Exit status: nonzero if the build, the driver or any test fails, or a sanitizer reports.
 # Needs gcc (or CC=clang with its own runtime path in ASAN_LIB) and the libasan runtime.
 set -euo pipefail
@@ -219,6 +221,15 @@ fi
 # ---- 2. the extension under the sanitizers, driven by pytest --------------------------------
 echo "== sanitize.sh: building the sanitized extension" >&2
 CC="$CC" BPE_CFFI_SANITIZE=1 "$PY" build_ffi.py >/dev/null
+# The id-list helper (csrc/pyext/idlist.c) too, when it is built: the optimised one is kept
+# aside and put back at exit.
+IDLIST="$("$PY" -c 'import bpe_cffi._idlist as m; print(m.__file__)' 2>/dev/null || true)"
+if [ -n "$IDLIST" ]; then
+    cp "$IDLIST" "$WORK/idlist.so"
+    trap 'cp "$WORK/idlist.so" "$IDLIST"; rm -rf "$WORK"; rebuild_normal' EXIT
+    PYINC="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+    $CC $FLAGS -shared -fPIC -I"$PYINC" csrc/pyext/idlist.c -o "$IDLIST"
+fi
 [ $# -eq 0 ] && set -- tests
 echo "== sanitize.sh: pytest $* under ASan/UBSan" >&2
 LD_PRELOAD="$ASAN_LIB" \
