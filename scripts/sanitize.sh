@@ -219,11 +219,12 @@ fi
 [ -n "${SANITIZE_SKIP_PYTEST:-}" ] && exit 0
 
 # ---- 2. the extension under the sanitizers, driven by pytest --------------------------------
+# The id-list helper (csrc/pyext/idlist.c) too, when it is built: the optimised one is kept
+# aside and put back at exit.  (Found before the sanitized CFFI module is built: importing
+# the package afterwards needs the ASan runtime preloaded.)
+IDLIST="$("$PY" -c 'import bpe_cffi._idlist as m; print(m.__file__)' 2>/dev/null || true)"
 echo "== sanitize.sh: building the sanitized extension" >&2
 CC="$CC" BPE_CFFI_SANITIZE=1 "$PY" build_ffi.py >/dev/null
-# The id-list helper (csrc/pyext/idlist.c) too, when it is built: the optimised one is kept
-# aside and put back at exit.
-IDLIST="$("$PY" -c 'import bpe_cffi._idlist as m; print(m.__file__)' 2>/dev/null || true)"
 if [ -n "$IDLIST" ]; then
     cp "$IDLIST" "$WORK/idlist.so"
     trap 'cp "$WORK/idlist.so" "$IDLIST"; rm -rf "$WORK"; rebuild_normal' EXIT
