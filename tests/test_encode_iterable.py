@@ -136,6 +136,8 @@ MEMORY_SCRIPT = textwrap.dedent(r"""
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is Linux-only")
+@pytest.mark.skipif("ASAN_OPTIONS" in os.environ, reason="under scripts/sanitize.sh: "
+                    "AddressSanitizer's shadow memory and quarantine defeat an address-space limit")
 @pytest.mark.parametrize("base,extra", [("max(rss, vms)", 4 * 2 ** 20), ("rss", 2 ** 20)])
 def test_streaming_memory_is_bounded(tmp_path, base, extra):
     """Streams a multi-MB file under an address-space limit: (current size + 4 MB), and
