@@ -75,6 +75,8 @@ void bpe_table_free(void *p, size_t size)
         munmap(p, mapped_len(size));
         return;
     }
+#else
+    (void)size;
 #endif
     free(p);
 }
