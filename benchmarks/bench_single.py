@@ -1,12 +1,19 @@
 """Single-thread encode speed against tiktoken as a robust ratio: alternating pairs.
 
     python benchmarks/bench_single.py [--mb 8] [--pairs 9] [--vocab gpt2 cl100k_base o200k_base]
-                                      [--corpus en_books code multilingual web]
+                                      [--corpus en_books code multilingual web] [--same-text]
 
 On a shared machine the speed of both encoders drifts from second to second, so a ratio of two
 separately measured bests can be off by 2x.  Here each pair times tiktoken's encode_ordinary
 and ours back to back on the same text (order alternating), and the MEDIAN of the per-pair
-ratios is reported, with the min and max.  The ids are checked once per (vocab, corpus).
+ratios is reported, with the min and max.
+
+Each pair encodes a NEW slice of --mb MB of the corpus (slice 0 checks the ids against
+tiktoken first; a corpus too short for pairs + 1 slices is reused from slice 1 on, which is
+said).  So our word cache is warm from the corpus's earlier text, as in steady use, but never
+holds the very text being timed; tiktoken has no such cache.  --same-text times one slice
+over and over instead (what the first versions of this script did; it flatters a cache that
+can hold all of a text's words).
 """
 import argparse
 import lzma
@@ -30,6 +37,23 @@ def tokenizer(name: str):
     return Tokenizer.from_tiktoken(vocab / f"{name}.tiktoken", pattern=PATTERN[name])
 
 
+def read_slices(corpus: str, mb: float, n: int) -> list:
+    """Up to n consecutive slices of about mb MB of the corpus (at least one), each cut after
+    a newline so that no slice starts inside a line."""
+    size = int(mb * 1e6)
+    with lzma.open(SHARED / "corpora" / f"{corpus}.txt.xz", "rb") as f:
+        data = f.read(size * n + 65536)
+    out, start = [], 0
+    while len(out) < n and start < len(data):
+        end = data.find(b"\n", start + size)
+        end = len(data) if end < 0 else end + 1
+        if out and end - start < size // 2:
+            break                                # a short tail: not a slice
+        out.append(data[start:end].decode("utf-8", errors="ignore"))
+        start = end
+    return out
+
+
 def timed(fn, text) -> float:
     t0 = time.perf_counter()
     fn(text)
@@ -42,21 +66,28 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=9)
     ap.add_argument("--vocab", nargs="+", default=["gpt2", "cl100k_base", "o200k_base"])
     ap.add_argument("--corpus", nargs="+", default=["en_books", "code", "multilingual", "web"])
+    ap.add_argument("--same-text", action="store_true",
+                    help="time one slice over and over (flatters our word cache)")
     a = ap.parse_args()
     sys.path.insert(0, str(SHARED / "vocab"))
     from offline_tiktoken import get_encoding
-    print(f"single-thread encode_ordinary, {a.mb} MB per corpus, {a.pairs} alternating pairs; "
+    print(f"single-thread encode_ordinary, {a.mb} MB per pair, {a.pairs} alternating pairs, "
+          f"{'the same text each time' if a.same_text else 'a new slice of the corpus each'}; "
           f"ratio = tiktoken time / bpe_cffi time (median [min-max])")
+    slices = {corpus: read_slices(corpus, a.mb, 1 if a.same_text else a.pairs + 1)
+              for corpus in a.corpus}
+    for corpus, parts in slices.items():
+        if not a.same_text and len(parts) < a.pairs + 1:
+            print(f"({corpus}: {len(parts)} slices of {a.mb} MB; pairs reuse slices 1..)")
     for name in a.vocab:
         enc, tok = get_encoding(name), tokenizer(name)
-        for corpus in a.corpus:
-            with lzma.open(SHARED / "corpora" / f"{corpus}.txt.xz", "rb") as f:
-                text = f.read(int(a.mb * 1e6)).decode("utf-8", errors="ignore")
-            if tok.encode_ordinary(text) != enc.encode_ordinary(text):
+        for corpus, parts in slices.items():
+            if tok.encode_ordinary(parts[0]) != enc.encode_ordinary(parts[0]):
                 print(f"{name} {corpus}: ids differ from tiktoken")
                 return 1
             ratios, ours = [], []
             for i in range(a.pairs):
+                text = parts[0] if len(parts) == 1 else parts[1 + i % (len(parts) - 1)]
                 if i % 2:
                     t_ours, t_tik = timed(tok.encode_ordinary, text), timed(enc.encode_ordinary, text)
                 else:
