@@ -69,6 +69,17 @@ def test_packed_bytes_and_bad_input():
         _idcache._idlist.ids_list(1234, -1, _idcache._CACHE)
 
 
+def test_packed_bytes_every_short_length():
+    """ids_from_le_bytes loads ids ahead of the one it converts: every length around that
+    look-ahead (and odd offsets: a memoryview slice) gives the plain decoding."""
+    rng = random.Random(4)
+    _idcache.reserve(200_000)
+    for n in range(0, 80):
+        ids = random_ids(rng, n)
+        data = b"x" + b"".join(i.to_bytes(4, "little") for i in ids)
+        assert _idcache.ids_from_le_bytes(memoryview(data)[1:]) == ids
+
+
 def test_references_are_counted():
     """Lists made from the cache hold real references: dropping them leaves the cache's
     objects alive and their reference counts where they were."""

@@ -128,6 +128,28 @@ static PyObject *ids_lists(PyObject *self, PyObject *args)
     return out;
 }
 
+/* The little-endian uint32 at p (any alignment). */
+static uint32_t le32_at(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* How far ahead ids_from_le_bytes starts loading what an id will touch.  A client holds a
+ * cache of ~100k ints (3 MB, plus 0.8 MB of pointers) that other processes push out of the
+ * CPU caches between two replies, so nearly every id would wait twice for memory: for its
+ * pointer in the cache list, then for the int's reference count.  Id i + 2 * AHEAD gets
+ * its pointer slot prefetched, id i + AHEAD (whose slot has arrived by then) its object,
+ * so the waits overlap instead of adding up.  Prefetches only hint: results never depend
+ * on them. */
+#define AHEAD 16
+#if defined(__GNUC__)
+#define PREFETCH_READ(a) __builtin_prefetch((a), 0, 3)
+#define PREFETCH_WRITE(a) __builtin_prefetch((a), 1, 3)
+#else
+#define PREFETCH_READ(a) ((void)(a))
+#define PREFETCH_WRITE(a) ((void)(a))
+#endif
+
 /* ids_from_le_bytes(data, cache) -> list of the little-endian uint32 ids packed in data
  * (a bytes-like object whose length is a multiple of 4). */
 static PyObject *ids_from_le_bytes(PyObject *self, PyObject *args)
@@ -150,10 +172,13 @@ static PyObject *ids_from_le_bytes(PyObject *self, PyObject *args)
     if ((out = PyList_New(n)) != NULL) {
         const unsigned char *p = view.buf;
         for (i = 0; i < n; i++, p += 4) {
-            uint32_t id = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                          (uint32_t)p[3] << 24;
-            PyObject *o = id_object(id, cached, n_cached);
-            if (o == NULL) {
+            uint32_t id;
+            PyObject *o;
+            if (i + 2 * AHEAD < n && (Py_ssize_t)(id = le32_at(p + 8 * AHEAD)) < n_cached)
+                PREFETCH_READ(&cached[id]);
+            if (i + AHEAD < n && (Py_ssize_t)(id = le32_at(p + 4 * AHEAD)) < n_cached)
+                PREFETCH_WRITE(cached[id]);
+            if ((o = id_object(le32_at(p), cached, n_cached)) == NULL) {
                 Py_CLEAR(out);
                 break;
             }
