@@ -369,12 +369,15 @@ def fast_encoder(tok):
     except Exception:
         return None
     new, encode, free, buffer = ffi.new, lib.bpe_encode, lib.bpe_ids_free, ffi.buffer
+    unpack = ffi.unpack
     encode_flat = lib.bpe_encode_batch_flat
     from bpe_cffi.tokenizer import _join_utf8 as join_utf8
 
-    def enc_many(texts):
-        """[packed ids of each text], [count of each], from one C call on this thread (one
-        GIL release per request instead of one per text); None on any error."""
+    def enc_many(texts, req_id):
+        """The whole packed reply {"id", "ok", "n", "ids": [bin, ...]} of an encode_batch
+        request, from one C call on this thread (one GIL release per request instead of one
+        per text); None on any error.  The ids are copied once, from C's buffer straight
+        into the reply: no bytes object per text, no second packing."""
         n = len(texts)
         joined, ends = join_utf8(texts)
         out = new("bpe_ids *")
@@ -384,14 +387,16 @@ def fast_encoder(tok):
         try:
             if rc:
                 return None              # let tok.encode raise the precise error
-            flat = buffer(out.ids, 4 * out.len)[:] if out.len else b""
-            packed, counts, a = [], [], 0
-            for i in range(n):
-                b = out_ends[i]
-                packed.append(flat[4 * a:4 * b])
-                counts.append(b - a)
+            stops = unpack(out_ends, n)
+            counts = [b - a for a, b in zip([0] + stops, stops)]
+            head = P.packb({"id": req_id, "ok": True, "n": counts, "ids": None})
+            parts = [head[:-1], _array_header(n)]      # head ends with nil: the ids go there
+            flat = memoryview(buffer(out.ids, 4 * out.len)) if out.len else b""
+            a = 0
+            for b in stops:
+                parts += (_bin_header(4 * (b - a)), flat[4 * a:4 * b])
                 a = b
-            return packed, counts
+            return b"".join(parts)
         finally:
             free(out)
 
@@ -414,14 +419,37 @@ def fast_encoder(tok):
             if got is None or P.bin_to_ids(got[0]) != list(tok.encode(sample)):
                 return None
         samples = ["Hello wörld <|endoftext|> 123\n\n  x  ", "", "🎉 '$ 漢字 the end"]
-        got = enc_many(samples)
-        if got is None or [P.bin_to_ids(b) for b in got[0]] != [list(tok.encode(t))
-                                                               for t in samples]:
-            return None
+        want = [list(tok.encode(t)) for t in samples]
+        for k in (1, 3, 20, 300):          # array and bin headers of every width
+            texts = (samples * k)[:k] + [samples[0] * 30]
+            rep = msgpack.unpackb(enc_many(texts, "x"))
+            if (rep.get("id") != "x" or rep.get("ok") is not True or len(rep) != 4 or
+                    [P.bin_to_ids(b) for b in rep["ids"]] != (want * k)[:k] +
+                    [list(tok.encode(samples[0] * 30))] or
+                    rep["n"] != [len(x) for x in (want * k)[:k]] + [len(rep["ids"][-1]) // 4]):
+                return None
     except Exception:
         return None
     enc.many = enc_many
     return enc
+
+
+def _array_header(n):
+    """The msgpack header of an array of n items."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def _bin_header(n):
+    """The msgpack header of a bin of n bytes."""
+    if n < 1 << 8:
+        return b"\xc4" + bytes((n,))
+    if n < 1 << 16:
+        return b"\xc5" + n.to_bytes(2, "big")
+    return b"\xc6" + n.to_bytes(4, "big")
 
 
 def prefix_encoder(tok):
@@ -547,6 +575,9 @@ class Handler:
                 raise RequestError(P.E_UNKNOWN_OP, f"unknown op {req.get('op')!r}; "
                                    f"expected one of {', '.join(P.OPS)}")
             result = fn(req, ident, flag, req_id)
+            if type(result) is bytes:             # a reply the op packed itself
+                self.stats.count(op)
+                return [(ident, flag, result)]
             if isinstance(result, list):          # stream ops: replies already built
                 self.stats.count(op)
                 return result
@@ -700,16 +731,18 @@ class Handler:
             raise RequestError(P.E_BAD_REQUEST, "\"texts\" must be a list of str")
         if len(texts) > self.limits.max_batch_texts:
             raise RequestError(P.E_TOO_LARGE, f"more than {self.limits.max_batch_texts} texts")
-        texts = [self.text(t, f"texts[{i}]") for i, t in enumerate(texts)]
+        short = self.limits.max_text_bytes // 4      # a str this long is within the limit
+        if not all(type(t) is str and len(t) <= short for t in texts):
+            texts = [self.text(t, f"texts[{i}]") for i, t in enumerate(texts)]
         name, allowed, disallowed, fmt = opts
         tok = self.tokenizers[name]
         fast = self.fast.get(name)
         if len(texts) <= 64 and fast is not None:
             # small batches: the worker threads already spread requests over the cores
             if allowed == "all" and disallowed == () and fmt == P.IDS_BIN:
-                got = fast.many(texts)
+                got = fast.many(texts, req_id)
                 if got is not None:
-                    return {"ids": got[0], "n": got[1]}
+                    return got               # the whole reply, packed
             out = _per_text(lambda t: self.encode_packed(opts, t), texts)
             return {"ids": [x[0] for x in out], "n": [x[1] for x in out]}
         if disallowed == ():
@@ -1086,13 +1119,15 @@ class Server:
         handle = self.handler.handle
         try:
             while True:
-                job = sock.recv_multipart()       # (identity, flag, payload) * k
-                if not job[0] and job[1] == _STOP:
+                # (identity, flag, payload) * k, as zmq.Frames: the payloads are not copied
+                job = sock.recv_multipart(copy=False)
+                if not len(job[0]) and job[1].bytes == _STOP:
                     break
                 frames = [_DONE]
                 try:
                     for i in range(0, len(job) - 2, 3):
-                        for r_ident, r_flag, reply in handle(job[i], job[i + 1], job[i + 2]):
+                        for r_ident, r_flag, reply in handle(job[i].bytes, job[i + 1].bytes,
+                                                             job[i + 2]):
                             frames += (r_ident, r_flag, reply)
                 except Exception as exc:  # pragma: no cover - handle() answers everything
                     sys.stderr.write(f"bpe-cffi daemon: worker error {exc!r}\n")
@@ -1150,18 +1185,18 @@ class Server:
             for sock, _ in events:
                 if sock is be:
                     while be.get(EVENTS) & POLLIN:    # no zmq.Again raised per wake-up
-                        try:
-                            frames = be.recv_multipart(NOBLOCK)
+                        try:   # Frames: a reply goes on to its client without a copy
+                            frames = be.recv_multipart(NOBLOCK, copy=False)
                         except zmq.Again:             # pragma: no cover - EVENTS said ready
                             break
-                        wid = frames[0]
+                        wid = frames[0].bytes
                         job = busy.pop(wid, None)
                         if job is not None:
                             now_pc = time.perf_counter()
                             stats.latencies.extend(now_pc - t0 for t0 in job)
                         idle.append(wid)
                         for i in range(2, len(frames) - 2, 3):
-                            self._send(frames[i], frames[i + 1], frames[i + 2])
+                            self._send(frames[i].bytes, frames[i + 1].bytes, frames[i + 2])
                         if pending:
                             self._dispatch(idle, busy, pending)
                 else:
@@ -1218,8 +1253,11 @@ class Server:
         frames = []
         n = 1
         nbytes = len(ident)
-        while fe.getsockopt(zmq.RCVMORE):
-            f = fe.recv()
+        more = fe.getsockopt(zmq.RCVMORE)
+        while more:
+            # a zmq.Frame: the payload goes on to a worker without being copied
+            f = fe.recv(copy=False)
+            more = f.more
             n += 1
             nbytes += len(f)
             if n <= self.limits.max_frames:
@@ -1229,12 +1267,12 @@ class Server:
         stats.bytes_in += nbytes
         inflight = self._inflight
         # Valid: [identity, payload] from a DEALER, [identity, b"", payload] from a REQ.
-        if len(frames) == 2 and frames[0] == b"" and n == 3:
+        if len(frames) == 2 and not len(frames[0]) and n == 3:
             flag, payload = _REQ_FLAG, frames[1]
         elif len(frames) == 1 and n == 2:
             flag, payload = _DEALER_FLAG, frames[0]
         else:
-            flag = _REQ_FLAG if frames and frames[0] == b"" else _DEALER_FLAG
+            flag = _REQ_FLAG if frames and not len(frames[0]) else _DEALER_FLAG
             inflight[ident] = inflight.get(ident, 0) + 1
             stats.count("?", P.E_BAD_FRAMES)
             self._send(ident, flag, P.packb(P.error_reply(
