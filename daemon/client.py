@@ -113,6 +113,13 @@ def parse_reply(raw):
     return (rep, rid) if isinstance(rid, int) else (rep, None)
 
 
+def utf8_bins(texts):
+    """The texts of an encode_batch as UTF-8 bins (the daemon checks them in C without
+    decoding them to str); bytes are sent as they are.  A str that cannot be UTF-8 (a lone
+    surrogate) raises UnicodeEncodeError, as packing it as a str would."""
+    return [t.encode("utf-8") if type(t) is str else t for t in texts]
+
+
 def reply_ids(ids):
     return P.bin_to_ids(ids) if isinstance(ids, (bytes, bytearray)) else list(ids)
 
@@ -328,7 +335,7 @@ class Client(_ClientBase):
         rep = self.request(self._msg(P.OP_ENCODE_BATCH, tokenizer,
                                      allowed_special=allowed_special,
                                      disallowed_special=disallowed_special,
-                                     texts=list(texts), ids=P.IDS_BIN))
+                                     texts=utf8_bins(texts), ids=P.IDS_BIN))
         return [reply_ids(x) for x in rep["ids"]]
 
     def decode(self, ids, *, tokenizer=None):
@@ -386,7 +393,7 @@ class Client(_ClientBase):
                     if batch == 1:
                         msg["text"] = group[0]
                     else:
-                        msg["texts"] = group
+                        msg["texts"] = utf8_bins(group)
                     inflight.append(self.submit(msg))
                 if not inflight:
                     return

@@ -369,17 +369,17 @@ def fast_encoder(tok):
     except Exception:
         return None
     new, encode, free, buffer = ffi.new, lib.bpe_encode, lib.bpe_ids_free, ffi.buffer
-    unpack = ffi.unpack
+    unpack, from_buffer = ffi.unpack, ffi.from_buffer
+    from bpe_cffi._idcache import join_utf8_bytes
     encode_flat = lib.bpe_encode_batch_flat
     from bpe_cffi.tokenizer import _join_utf8 as join_utf8
 
-    def enc_many(texts, req_id):
+    def encode_joined(n, joined, ends, req_id):
         """The whole packed reply {"id", "ok", "n", "ids": [bin, ...]} of an encode_batch
-        request, from one C call on this thread (one GIL release per request instead of one
-        per text); None on any error.  The ids are copied once, from C's buffer straight
-        into the reply: no bytes object per text, no second packing."""
-        n = len(texts)
-        joined, ends = join_utf8(texts)
+        of n texts laid end to end (joined, size_t ends), from one C call on this thread
+        (one GIL release per request instead of one per text); None on any error.  The ids
+        are copied once, from C's buffer straight into the reply: no bytes object per
+        text, no second packing."""
         out = new("bpe_ids *")
         out_ends = new("size_t[]", n)
         info = new("size_t *")
@@ -399,6 +399,19 @@ def fast_encoder(tok):
             return b"".join(parts)
         finally:
             free(out)
+
+    def enc_many(texts, req_id):
+        """encode_joined of a list of str."""
+        joined, ends = join_utf8(texts)
+        return encode_joined(len(texts), joined, ends, req_id)
+
+    def enc_many_utf8(texts, req_id):
+        """encode_joined of a list of bytes, checked to be UTF-8 and joined in C (never
+        decoded to str); None when one is not UTF-8 (or on any error)."""
+        got = join_utf8_bytes(texts)
+        if got is None:
+            return None
+        return encode_joined(len(texts), got[0], from_buffer("size_t[]", got[1]), req_id)
 
     def enc(text):
         data = text.encode("utf-8")
@@ -423,6 +436,8 @@ def fast_encoder(tok):
         for k in (1, 3, 20, 300):          # array and bin headers of every width
             texts = (samples * k)[:k] + [samples[0] * 30]
             rep = msgpack.unpackb(enc_many(texts, "x"))
+            if msgpack.unpackb(enc_many_utf8([t.encode() for t in texts], "x")) != rep:
+                return None
             if (rep.get("id") != "x" or rep.get("ok") is not True or len(rep) != 4 or
                     [P.bin_to_ids(b) for b in rep["ids"]] != (want * k)[:k] +
                     [list(tok.encode(samples[0] * 30))] or
@@ -430,7 +445,10 @@ def fast_encoder(tok):
                 return None
     except Exception:
         return None
+    if enc_many_utf8([b"ok", b"\xed\xa0\x80"], 1) is not None:   # a surrogate: not UTF-8
+        return None
     enc.many = enc_many
+    enc.many_utf8 = enc_many_utf8
     return enc
 
 
@@ -731,18 +749,27 @@ class Handler:
             raise RequestError(P.E_BAD_REQUEST, "\"texts\" must be a list of str")
         if len(texts) > self.limits.max_batch_texts:
             raise RequestError(P.E_TOO_LARGE, f"more than {self.limits.max_batch_texts} texts")
-        short = self.limits.max_text_bytes // 4      # a str this long is within the limit
+        name, allowed, disallowed, fmt = opts
+        fast = self.fast.get(name)
+        # small batches: the worker threads already spread requests over the cores
+        fast = fast if len(texts) <= 64 and allowed == "all" and disallowed == () and \
+            fmt == P.IDS_BIN else None
+        lim = self.limits.max_text_bytes
+        if fast is not None and all(type(t) is bytes and len(t) <= lim for t in texts):
+            # UTF-8 bins (what the Python client sends): checked and joined in C, never
+            # decoded to str; one that is not UTF-8 takes the path below, which names it
+            got = fast.many_utf8(texts, req_id)
+            if got is not None:
+                return got               # the whole reply, packed
+        short = lim // 4                 # a str this long is within the limit
         if not all(type(t) is str and len(t) <= short for t in texts):
             texts = [self.text(t, f"texts[{i}]") for i, t in enumerate(texts)]
-        name, allowed, disallowed, fmt = opts
         tok = self.tokenizers[name]
-        fast = self.fast.get(name)
-        if len(texts) <= 64 and fast is not None:
-            # small batches: the worker threads already spread requests over the cores
-            if allowed == "all" and disallowed == () and fmt == P.IDS_BIN:
-                got = fast.many(texts, req_id)
-                if got is not None:
-                    return got               # the whole reply, packed
+        if fast is not None:
+            got = fast.many(texts, req_id)
+            if got is not None:
+                return got               # the whole reply, packed
+        if len(texts) <= 64 and self.fast.get(name) is not None:
             out = _per_text(lambda t: self.encode_packed(opts, t), texts)
             return {"ids": [x[0] for x in out], "n": [x[1] for x in out]}
         if disallowed == ():

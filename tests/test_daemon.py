@@ -91,6 +91,36 @@ def test_ids_formats_and_bin_text(daemon, refs):
         s.close()
 
 
+def test_encode_batch_of_bins_matches_in_process(daemon, refs, texts):
+    """encode_batch with texts as UTF-8 bin (what the Python client sends: checked and
+    joined in C), as str, or both; replies with more than 15 texts and a text of more than
+    16384 ids (every msgpack header width of the reply the daemon packs itself)."""
+    tok = refs["cl100k"]
+    long_text = " ".join(texts)[:200_000]
+    batch = texts[:20] + [long_text, "", "héllo <|endoftext|> 🎉"]
+    assert len(tok.encode(long_text)) > 16384
+    s = raw_socket(daemon.endpoint)
+    try:
+        for rid, sent in enumerate([[t.encode() for t in batch], batch,
+                                    [t.encode() if i % 2 else t for i, t in enumerate(batch)]]):
+            s.send(P.packb({"op": "encode_batch", "id": rid, "texts": sent, "ids": "bin"}))
+            rep = recv_reply(s)
+            assert rep["ok"] and rep["id"] == rid, rep
+            assert [P.bin_to_ids(b) for b in rep["ids"]] == [tok.encode(t) for t in batch]
+            assert rep["n"] == [len(tok.encode(t)) for t in batch]
+            s.send(P.packb({"op": "encode_batch", "id": rid, "texts": sent}))    # as lists
+            assert recv_reply(s)["ids"] == [tok.encode(t) for t in batch]
+        bad = [t.encode() for t in batch[:5]]
+        for wrong in (b"\xed\xa0\x80", b"ab\xe2\x82", b"\xf4\x90\x80\x80", b"\xff"):
+            bad[3] = wrong
+            s.send(P.packb({"op": "encode_batch", "id": 9, "texts": bad, "ids": "bin"}))
+            rep = recv_reply(s)
+            assert not rep["ok"] and rep["code"] == P.E_BAD_UTF8 and rep["id"] == 9, rep
+            assert "texts[3]" in rep["message"]
+    finally:
+        s.close()
+
+
 def test_batch_decode_count(daemon, refs, texts):
     tok = refs["gpt2"]
     with Client(daemon.endpoint, timeout=10, tokenizer="gpt2") as c:

@@ -191,6 +191,98 @@ static PyObject *ids_from_le_bytes(PyObject *self, PyObject *args)
     return out;
 }
 
+/* ---- texts in as bytes: checked to be UTF-8 and laid end to end -------------------------- */
+
+/* 1 if p[0..n) is well-formed UTF-8 by the rules of Python's strict decoder (no overlong
+ * form, no surrogate U+D800..U+DFFF, nothing above U+10FFFF, no cut sequence), else 0.
+ * Runs of ASCII are checked 8 bytes at a time. */
+static int utf8_well_formed(const unsigned char *p, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned c = p[i], c1;
+        if (c < 0x80) {
+            uint64_t w;
+            if (n - i >= 8 && (memcpy(&w, p + i, 8), (w & 0x8080808080808080ULL) == 0))
+                i += 8;
+            else
+                i++;
+            continue;
+        }
+        if (c < 0xC2 || c > 0xF4)           /* a continuation byte, an overlong 2-byte lead */
+            return 0;                        /* (C0, C1) or a lead beyond U+10FFFF */
+        if (c < 0xE0) {
+            if (n - i < 2 || (p[i + 1] & 0xC0) != 0x80)
+                return 0;
+            i += 2;
+            continue;
+        }
+        if (c < 0xF0) {
+            if (n - i < 3 || ((c1 = p[i + 1]) & 0xC0) != 0x80 || (p[i + 2] & 0xC0) != 0x80)
+                return 0;
+            if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 >= 0xA0))
+                return 0;                    /* overlong, or a surrogate */
+            i += 3;
+            continue;
+        }
+        if (n - i < 4 || ((c1 = p[i + 1]) & 0xC0) != 0x80 || (p[i + 2] & 0xC0) != 0x80 ||
+            (p[i + 3] & 0xC0) != 0x80)
+            return 0;
+        if ((c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 >= 0x90))
+            return 0;                        /* overlong, or above U+10FFFF */
+        i += 4;
+    }
+    return 1;
+}
+
+/* join_utf8_bytes(texts) -> (joined, ends) or None.  texts: a list of bytes; joined: the
+ * items end to end; ends: a bytes object of len(texts) size_t values, the end of each item
+ * in joined (as join_utf8).  None when an item is not exactly bytes or is not well-formed
+ * UTF-8: the caller then takes its slower path, which also reports the bad item. */
+static PyObject *join_utf8_bytes(PyObject *self, PyObject *texts)
+{
+    Py_ssize_t n, k, total = 0;
+    PyObject *joined, *ends_obj, *result;
+    size_t *ends;
+    char *out;
+    (void)self;
+    if (!PyList_CheckExact(texts)) {
+        PyErr_SetString(PyExc_TypeError, "texts must be a list");
+        return NULL;
+    }
+    n = PyList_GET_SIZE(texts);
+    if ((ends_obj = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(size_t))) == NULL)
+        return NULL;
+    ends = (size_t *)PyBytes_AS_STRING(ends_obj);
+    for (k = 0; k < n; k++) {
+        PyObject *b = PyList_GET_ITEM(texts, k);
+        Py_ssize_t len;
+        if (!PyBytes_CheckExact(b) ||
+            !utf8_well_formed((const unsigned char *)PyBytes_AS_STRING(b),
+                              (len = PyBytes_GET_SIZE(b))) ||
+            total > PY_SSIZE_T_MAX - len) {
+            Py_DECREF(ends_obj);
+            Py_RETURN_NONE;
+        }
+        total += len;
+        ends[k] = (size_t)total;
+    }
+    if ((joined = PyBytes_FromStringAndSize(NULL, total)) == NULL) {
+        Py_DECREF(ends_obj);
+        return NULL;
+    }
+    out = PyBytes_AS_STRING(joined);
+    for (k = 0; k < n; k++) {         /* the list cannot change: the GIL is held throughout */
+        PyObject *b = PyList_GET_ITEM(texts, k);
+        memcpy(out, PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(b));
+        out += PyBytes_GET_SIZE(b);
+    }
+    result = PyTuple_Pack(2, joined, ends_obj);
+    Py_DECREF(joined);
+    Py_DECREF(ends_obj);
+    return result;
+}
+
 /* ---- texts in: the UTF-8 of a list of str, laid end to end ------------------------------ */
 
 /* The UTF-8 length of s, or -1 if it holds a surrogate code point (one loop per storage
@@ -330,6 +422,8 @@ static PyMethodDef methods[] = {
      "ids_lists(address, ends_address, n_texts, cache) -> list of lists"},
     {"ids_from_le_bytes", ids_from_le_bytes, METH_VARARGS,
      "ids_from_le_bytes(data, cache) -> list"},
+    {"join_utf8_bytes", join_utf8_bytes, METH_O,
+     "join_utf8_bytes(list of bytes) -> (bytes, size_t ends) or None"},
     {NULL, NULL, 0, NULL},
 };
 
