@@ -374,12 +374,13 @@ def fast_encoder(tok):
     encode_flat = lib.bpe_encode_batch_flat
     from bpe_cffi.tokenizer import _join_utf8 as join_utf8
 
-    def encode_joined(n, joined, ends, req_id):
-        """The whole packed reply {"id", "ok", "n", "ids": [bin, ...]} of an encode_batch
-        of n texts laid end to end (joined, size_t ends), from one C call on this thread
-        (one GIL release per request instead of one per text); None on any error.  The ids
-        are copied once, from C's buffer straight into the reply: no bytes object per
-        text, no second packing."""
+    def encode_joined(joined, ends, sizes, req_ids):
+        """The packed replies {"id", "ok", "n", "ids": [bin, ...]} of encode_batch requests
+        whose texts (sizes[i] of them for request i) are laid end to end in joined (size_t
+        ends), from ONE C call on this thread (one GIL release for them all); None on any
+        error.  The ids are copied once, from C's buffer straight into each reply: no bytes
+        object per text, no second packing."""
+        n = sum(sizes)
         out = new("bpe_ids *")
         out_ends = new("size_t[]", n)
         info = new("size_t *")
@@ -388,30 +389,38 @@ def fast_encoder(tok):
             if rc:
                 return None              # let tok.encode raise the precise error
             stops = unpack(out_ends, n)
-            counts = [b - a for a, b in zip([0] + stops, stops)]
-            head = P.packb({"id": req_id, "ok": True, "n": counts, "ids": None})
-            parts = [head[:-1], _array_header(n)]      # head ends with nil: the ids go there
             flat = memoryview(buffer(out.ids, 4 * out.len)) if out.len else b""
-            a = 0
-            for b in stops:
-                parts += (_bin_header(4 * (b - a)), flat[4 * a:4 * b])
-                a = b
-            return b"".join(parts)
+            replies = []
+            k = a = 0
+            for size, req_id in zip(sizes, req_ids):
+                mine = stops[k:k + size]
+                k += size
+                counts = [b - x for x, b in zip([a] + mine, mine)]
+                head = P.packb({"id": req_id, "ok": True, "n": counts, "ids": None})
+                parts = [head[:-1], _array_header(size)]   # head ends with nil: ids go there
+                for b in mine:
+                    parts += (_bin_header(4 * (b - a)), flat[4 * a:4 * b])
+                    a = b
+                replies.append(b"".join(parts))
+            return replies
         finally:
             free(out)
 
     def enc_many(texts, req_id):
-        """encode_joined of a list of str."""
+        """The packed reply of one encode_batch of a list of str, or None."""
         joined, ends = join_utf8(texts)
-        return encode_joined(len(texts), joined, ends, req_id)
+        got = encode_joined(joined, ends, [len(texts)], [req_id])
+        return got[0] if got is not None else None
 
-    def enc_many_utf8(texts, req_id):
-        """encode_joined of a list of bytes, checked to be UTF-8 and joined in C (never
-        decoded to str); None when one is not UTF-8 (or on any error)."""
-        got = join_utf8_bytes(texts)
+    def enc_many_utf8(groups, req_ids):
+        """The packed replies of encode_batch requests whose texts (groups[i], lists of
+        bytes) are checked to be UTF-8 and joined in C (never decoded to str), encoded by one
+        C call; None when a text is not UTF-8 (or on any error)."""
+        got = join_utf8_bytes([t for g in groups for t in g])
         if got is None:
             return None
-        return encode_joined(len(texts), got[0], from_buffer("size_t[]", got[1]), req_id)
+        return encode_joined(got[0], from_buffer("size_t[]", got[1]), [len(g) for g in groups],
+                             req_ids)
 
     def enc(text):
         data = text.encode("utf-8")
@@ -436,7 +445,10 @@ def fast_encoder(tok):
         for k in (1, 3, 20, 300):          # array and bin headers of every width
             texts = (samples * k)[:k] + [samples[0] * 30]
             rep = msgpack.unpackb(enc_many(texts, "x"))
-            if msgpack.unpackb(enc_many_utf8([t.encode() for t in texts], "x")) != rep:
+            utf8 = [t.encode() for t in texts]
+            if [msgpack.unpackb(r) for r in enc_many_utf8([utf8, utf8[:2], []], ["x", 1, 2])] \
+                    != [rep, dict(rep, id=1, n=rep["n"][:2], ids=rep["ids"][:2]),
+                        {"id": 2, "ok": True, "n": [], "ids": []}]:
                 return None
             if (rep.get("id") != "x" or rep.get("ok") is not True or len(rep) != 4 or
                     [P.bin_to_ids(b) for b in rep["ids"]] != (want * k)[:k] +
@@ -445,7 +457,7 @@ def fast_encoder(tok):
                 return None
     except Exception:
         return None
-    if enc_many_utf8([b"ok", b"\xed\xa0\x80"], 1) is not None:   # a surrogate: not UTF-8
+    if enc_many_utf8([[b"ok"], [b"\xed\xa0\x80"]], [1, 2]) is not None:   # a surrogate
         return None
     enc.many = enc_many
     enc.many_utf8 = enc_many_utf8
@@ -612,6 +624,55 @@ class Handler:
             msg = f"internal error: {type(exc).__name__}: {exc}"[:1000]
             return [(ident, flag, P.packb(P.error_reply(req_id, P.E_INTERNAL, msg)))]
 
+    def handle_many(self, jobs):
+        """The replies of several requests, jobs being (identity, flag, payload) triples: a
+        list of (identity, flag, reply bytes) in any order.  Plain encode_batch requests (see
+        plain_batch) for the same tokenizer are encoded together by ONE C call; everything
+        else, and any plain one when that call fails, is answered by handle() one by one."""
+        out = []
+        plain = {}                       # tokenizer name -> [(ident, flag, payload, id, texts)]
+        for ident, flag, payload in jobs:
+            got = self.plain_batch(payload) if len(jobs) > 1 else None
+            if got is None:
+                out += self.handle(ident, flag, payload)
+            else:
+                plain.setdefault(got[0], []).append((ident, flag, payload) + got[1:])
+        for name, reqs in plain.items():
+            try:
+                replies = self.fast[name].many_utf8([r[4] for r in reqs], [r[3] for r in reqs])
+            except Exception:  # pragma: no cover - handle() below answers every error
+                replies = None
+            if replies is None:          # a text that is not UTF-8, an encoder error: alone
+                for ident, flag, payload, _, _ in reqs:
+                    out += self.handle(ident, flag, payload)
+                continue
+            for r, reply in zip(reqs, replies):
+                self.stats.count(P.OP_ENCODE_BATCH)
+                out.append((r[0], r[1], reply))
+        return out
+
+    def plain_batch(self, payload):
+        """(tokenizer name, request id, texts) when payload is an encode_batch that the fast
+        path answers (handle() would give the same reply): the default special-token options,
+        ids as bin, at most 64 texts, every one a bin within max_text_bytes, a tokenizer with
+        a fast encoder.  None for anything else (handle() then answers it, errors included)."""
+        try:
+            req = P.unpackb(payload, self.limits)
+            if type(req) is not dict or req.get("op") != P.OP_ENCODE_BATCH:
+                return None
+            req_id = self.request_id(req)
+            name, allowed, disallowed, fmt = self.encode_opts(req)
+        except Exception:
+            return None
+        texts = req.get("texts")
+        lim = self.limits.max_text_bytes
+        if (self.fast.get(name) is None or allowed != "all" or disallowed != () or
+                fmt != P.IDS_BIN or type(texts) is not list or len(texts) > 64 or
+                len(texts) > self.limits.max_batch_texts or
+                not all(type(t) is bytes and len(t) <= lim for t in texts)):
+            return None
+        return name, req_id, texts
+
     def parse(self, payload):
         try:
             req = P.unpackb(payload, self.limits)
@@ -758,9 +819,9 @@ class Handler:
         if fast is not None and all(type(t) is bytes and len(t) <= lim for t in texts):
             # UTF-8 bins (what the Python client sends): checked and joined in C, never
             # decoded to str; one that is not UTF-8 takes the path below, which names it
-            got = fast.many_utf8(texts, req_id)
+            got = fast.many_utf8([texts], [req_id])
             if got is not None:
-                return got               # the whole reply, packed
+                return got[0]            # the whole reply, packed
         short = lim // 4                 # a str this long is within the limit
         if not all(type(t) is str and len(t) <= short for t in texts):
             texts = [self.text(t, f"texts[{i}]") for i, t in enumerate(texts)]
@@ -1143,7 +1204,7 @@ class Server:
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(self._backend_addr)
         sock.send(_READY)
-        handle = self.handler.handle
+        handle_many = self.handler.handle_many
         try:
             while True:
                 # (identity, flag, payload) * k, as zmq.Frames: the payloads are not copied
@@ -1152,10 +1213,10 @@ class Server:
                     break
                 frames = [_DONE]
                 try:
-                    for i in range(0, len(job) - 2, 3):
-                        for r_ident, r_flag, reply in handle(job[i].bytes, job[i + 1].bytes,
-                                                             job[i + 2]):
-                            frames += (r_ident, r_flag, reply)
+                    jobs = [(job[i].bytes, job[i + 1].bytes, job[i + 2])
+                            for i in range(0, len(job) - 2, 3)]
+                    for r_ident, r_flag, reply in handle_many(jobs):
+                        frames += (r_ident, r_flag, reply)
                 except Exception as exc:  # pragma: no cover - handle() answers everything
                     sys.stderr.write(f"bpe-cffi daemon: worker error {exc!r}\n")
                 sock.send_multipart(frames)    # always: the main loop counts on DONE

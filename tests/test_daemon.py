@@ -121,6 +121,65 @@ def test_encode_batch_of_bins_matches_in_process(daemon, refs, texts):
         s.close()
 
 
+def test_requests_handed_over_together_get_their_own_replies(refs, texts):
+    """Handler.handle_many (a worker's batch of requests): plain encode_batch requests of
+    one tokenizer are encoded by one C call, the rest one by one; every request gets exactly
+    its own reply, and a bad text fails only its own request."""
+    from bpe_cffi.daemon.server import Server
+    server = Server(refs, bind="tcp://127.0.0.1:0", workers=1, context=zmq.Context.instance())
+    h = server.handler
+    t = texts[:12] + ["", "héllo <|endoftext|> 🎉"]
+    jobs, want = [], {}
+
+    def add(fields, expect):
+        ident = b"c%d" % len(jobs)
+        fields.setdefault("id", len(jobs))
+        jobs.append((ident, b"\x00", P.packb(fields)))
+        want[ident] = (fields["id"], expect)
+
+    def batch(name, items):
+        return [refs[name].encode(x) for x in items]
+
+    add({"op": "encode_batch", "texts": [x.encode() for x in t[:5]], "ids": "bin"},
+        batch("cl100k", t[:5]))
+    add({"op": "encode_batch", "texts": [x.encode() for x in t[5:]], "ids": "bin"},
+        batch("cl100k", t[5:]))
+    add({"op": "encode_batch", "texts": [], "ids": "bin", "id": "empty"}, [])
+    add({"op": "encode_batch", "texts": [x.encode() for x in t[2:9]], "ids": "bin",
+         "tokenizer": "gpt2"}, batch("gpt2", t[2:9]))
+    add({"op": "encode_batch", "texts": t[:3], "ids": "bin"}, batch("cl100k", t[:3]))
+    add({"op": "encode_batch", "texts": [x.encode() for x in t[:3]]}, batch("cl100k", t[:3]))
+    add({"op": "encode_batch", "texts": [b"<|endoftext|>"], "ids": "bin",
+         "allowed_special": "none"}, [refs["cl100k"].encode("<|endoftext|>",
+                                                             allowed_special=set())])
+    add({"op": "encode", "text": t[0], "ids": "bin"}, refs["cl100k"].encode(t[0]))
+    add({"op": "fly"}, P.E_UNKNOWN_OP)
+    jobs.append((b"junk", b"\x00", b"\xc1"))
+    want[b"junk"] = (None, P.E_BAD_MSGPACK)
+    for rounds in range(2):
+        replies = h.handle_many(jobs)
+        assert sorted(r[0] for r in replies) == sorted(want)
+        for ident, flag, raw in replies:
+            rep = msgpack.unpackb(raw)
+            rid, expect = want[ident]
+            assert flag == b"\x00" and rep["id"] == rid
+            if isinstance(expect, str):
+                assert rep["ok"] is False and rep["code"] == expect
+                continue
+            assert rep["ok"] is True, rep
+            ids = rep["ids"]
+            if isinstance(ids, bytes):
+                ids = P.bin_to_ids(ids)
+            elif ids and isinstance(ids[0], bytes):
+                ids = [P.bin_to_ids(x) for x in ids]
+            assert ids == expect
+        # a text that is not UTF-8 in one plain request: only that one fails
+        bad = (b"bad", b"\x00", P.packb({"op": "encode_batch", "id": "bad", "ids": "bin",
+                                          "texts": [b"ok", b"\xed\xa0\x80"]}))
+        jobs.append(bad)
+        want[b"bad"] = ("bad", P.E_BAD_UTF8)
+
+
 def test_batch_decode_count(daemon, refs, texts):
     tok = refs["gpt2"]
     with Client(daemon.endpoint, timeout=10, tokenizer="gpt2") as c:
