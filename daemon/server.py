@@ -13,7 +13,13 @@ batch, so a long job never has work queued behind it while another worker waits;
 an idle worker gets up to MAX_JOBS_PER_HANDOFF queued requests in one message).  Workers
 unpack, validate, run the op and send back the packed replies; the main loop forwards them
 to the client with NOBLOCK (ROUTER_MANDATORY is on, so a vanished peer or a full high-water
-mark is an exception we count and drop, never a block).
+mark is an exception we count and drop, never a block).  Payloads and replies cross the
+main loop as zmq.Frames, so they are not copied on their way through it.
+
+The bulk path (Python clients' `stream(batch=k)` and `encode_batch`): texts arrive as UTF-8
+bins, which C checks and lays end to end without ever making a str (idlist.join_utf8_bytes);
+the plain encode_batch requests of one hand-off are encoded by one C call
+(Handler.handle_many), and each reply is packed straight from C's id buffer (fast_encoder).
 
 Streams (op "chunk"): chunks are stored by seq and consumed strictly in order by one worker
 at a time (StreamStore's busy flag); with a bpe_cffi tokenizer whose pattern runs in C each
