@@ -13,6 +13,7 @@ import itertools
 import os
 import time
 
+import msgpack
 import zmq
 
 from . import protocol as P
@@ -197,6 +198,7 @@ class Client(_ClientBase):
         self._pending = {}
         self._next_expiry_scan = 0.0
         self._done = {}
+        self._pack = msgpack.Packer(use_bin_type=True).pack   # keeps its buffer between calls
 
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self):
@@ -224,7 +226,7 @@ class Client(_ClientBase):
             raise ValueError("the client is closed")
         rid = next(self._ids)
         msg["id"] = rid
-        packed = P.packb(msg)
+        packed = self._pack(msg)
         pinned = ep is not None
         if ep is None:
             ep = next(self._rr) % len(self._socks)
@@ -260,7 +262,7 @@ class Client(_ClientBase):
         for sock, _ in self._poller.poll(max(0, int(wait * 1000))):
             while sock.get(zmq.EVENTS) & zmq.POLLIN:     # no zmq.Again raised per call
                 try:
-                    raw = sock.recv(zmq.NOBLOCK)
+                    raw = sock.recv(zmq.NOBLOCK, copy=False)   # a Frame: read in place
                 except zmq.Again:  # pragma: no cover - EVENTS said ready
                     break
                 self._on_reply(raw)
