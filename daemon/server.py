@@ -56,6 +56,7 @@ _DONE = b"D"
 _STOP = b"STOP"
 _REQ_FLAG = b"\x01"   # the client is a REQ socket: replies carry an empty delimiter frame
 _DEALER_FLAG = b"\x00"
+_MORE_NOBLOCK = zmq.SNDMORE | zmq.NOBLOCK
 
 
 class RequestError(Exception):
@@ -1280,9 +1281,13 @@ class Server:
                 if sock is be:
                     while be.get(EVENTS) & POLLIN:    # no zmq.Again raised per wake-up
                         try:   # Frames: a reply goes on to its client without a copy
-                            frames = be.recv_multipart(NOBLOCK, copy=False)
+                            f = be.recv(NOBLOCK, copy=False)
                         except zmq.Again:             # pragma: no cover - EVENTS said ready
                             break
+                        frames = [f]
+                        while f.more:
+                            f = be.recv(copy=False)
+                            frames.append(f)
                         wid = frames[0].bytes
                         job = busy.pop(wid, None)
                         if job is not None:
@@ -1409,11 +1414,14 @@ class Server:
         else:
             inflight.pop(ident, None)
         stats = self.stats
+        fe = self.frontend
         try:
+            # frame by frame (send_multipart's Python loop costs more): only the identity
+            # frame can fail, and then nothing of the reply is queued
+            fe.send(ident, _MORE_NOBLOCK)
             if flag == _REQ_FLAG:
-                self.frontend.send_multipart([ident, b"", reply], zmq.NOBLOCK)
-            else:
-                self.frontend.send_multipart([ident, reply], zmq.NOBLOCK)
+                fe.send(b"", _MORE_NOBLOCK)
+            fe.send(reply, zmq.NOBLOCK)
             stats.replies += 1
             stats.bytes_out += len(reply)
         except zmq.ZMQError:  # EHOSTUNREACH (peer gone) or EAGAIN (its HWM is full)
