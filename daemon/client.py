@@ -19,6 +19,10 @@ import zmq
 from . import protocol as P
 
 
+# plain ints: pyzmq's enum flags make `events & POLLIN` a Python-level call
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
+
+
 class DaemonError(RuntimeError):
     """An error reply from the daemon: .code is one of protocol.ERROR_CODES."""
 
@@ -105,7 +109,7 @@ def parse_reply(raw):
     """(reply dict, its int id) of a reply frame; (None, None) for anything unreadable, which
     the clients drop (a reply without an int id answers no request of theirs)."""
     try:
-        rep = P.unpackb(raw, _CLIENT_LIMITS)
+        rep = msgpack.unpackb(raw, raw=False, **_CLIENT_UNPACK)
     except Exception:
         return None, None
     if not isinstance(rep, dict):
@@ -260,7 +264,7 @@ class Client(_ClientBase):
         """Receives whatever replies arrive within `wait` seconds; resends expired requests."""
         got = False
         for sock, _ in self._poller.poll(max(0, int(wait * 1000))):
-            while sock.get(zmq.EVENTS) & zmq.POLLIN:     # no zmq.Again raised per call
+            while sock.get(_EVENTS) & _POLLIN:     # no zmq.Again raised per call
                 try:
                     raw = sock.recv(zmq.NOBLOCK, copy=False)   # a Frame: read in place
                 except zmq.Again:  # pragma: no cover - EVENTS said ready
@@ -450,3 +454,4 @@ class Client(_ClientBase):
 # replies can be as large as the daemon's frames allow; these bounds only stop garbage
 _CLIENT_LIMITS = P.Limits(max_frame_bytes=1 << 31, max_decode_ids=1 << 24,
                           max_batch_texts=1 << 24)
+_CLIENT_UNPACK = P.unpack_limits(_CLIENT_LIMITS)

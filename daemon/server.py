@@ -56,7 +56,9 @@ _DONE = b"D"
 _STOP = b"STOP"
 _REQ_FLAG = b"\x01"   # the client is a REQ socket: replies carry an empty delimiter frame
 _DEALER_FLAG = b"\x00"
-_MORE_NOBLOCK = zmq.SNDMORE | zmq.NOBLOCK
+_MORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
+# plain ints: pyzmq's enum flags make `events & POLLIN` a Python-level call
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
 
 class RequestError(Exception):
@@ -590,6 +592,7 @@ class Handler:
                     P.OP_INFO: self.op_info, P.OP_HEALTH: self.op_health,
                     P.OP_STATS: self.op_stats}
         self._info = None
+        self._unpack_kw = P.unpack_limits(limits)       # made once, not per request
         self._max_token_bytes = {}
         self.fast = {name: fast_encoder(tok) for name, tok in tokenizers.items()}
         self.prefix = {name: prefix_encoder(tok) for name, tok in tokenizers.items()}
@@ -664,7 +667,7 @@ class Handler:
         ids as bin, at most 64 texts, every one a bin within max_text_bytes, a tokenizer with
         a fast encoder.  None for anything else (handle() then answers it, errors included)."""
         try:
-            req = P.unpackb(payload, self.limits)
+            req = msgpack.unpackb(payload, raw=False, **self._unpack_kw)
             if type(req) is not dict or req.get("op") != P.OP_ENCODE_BATCH:
                 return None
             req_id = self.request_id(req)
@@ -682,7 +685,7 @@ class Handler:
 
     def parse(self, payload):
         try:
-            req = P.unpackb(payload, self.limits)
+            req = msgpack.unpackb(payload, raw=False, **self._unpack_kw)
         except UnicodeDecodeError:
             rid = None
             try:  # find the id so that the error can be matched
@@ -1252,7 +1255,7 @@ class Server:
         fe_polled = True
         next_reap = time.monotonic() + 1.0
         deadline = None
-        NOBLOCK, EVENTS, POLLIN = zmq.NOBLOCK, zmq.EVENTS, zmq.POLLIN
+        NOBLOCK, EVENTS, POLLIN = int(zmq.NOBLOCK), _EVENTS, _POLLIN
 
         while True:
             if self._stop.is_set() and deadline is None:
@@ -1342,7 +1345,7 @@ class Server:
     def _read_frontend(self, pending):
         """Reads one message; returns False when there is none."""
         fe = self.frontend
-        if not fe.get(zmq.EVENTS) & zmq.POLLIN:   # cheaper than a zmq.Again per wake-up
+        if not fe.get(_EVENTS) & _POLLIN:   # cheaper than a zmq.Again per wake-up
             return False
         try:
             ident = fe.recv(zmq.NOBLOCK)
