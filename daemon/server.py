@@ -598,13 +598,15 @@ class Handler:
         self.prefix = {name: prefix_encoder(tok) for name, tok in tokenizers.items()}
 
     # -- entry point ---------------------------------------------------------------------------
-    def handle(self, ident, flag, payload, inline=False):
+    def handle(self, ident, flag, payload, inline=False, req=None):
         """Returns a list of (identity, flag, reply bytes); usually one, for this request.
         inline=True (the main loop, small payloads only): returns None for the stream ops,
-        which always run in a worker."""
+        which always run in a worker.  req: the payload's map when the caller unpacked it
+        already (as parse() would)."""
         req_id, op = None, "?"
         try:
-            req = self.parse(payload)
+            if req is None:
+                req = self.parse(payload)
             req_id = self.request_id(req)
             op = req.get("op")
             if inline and op in (P.OP_CHUNK, P.OP_STREAM_ABORT):
@@ -642,9 +644,9 @@ class Handler:
         out = []
         plain = {}                       # tokenizer name -> [(ident, flag, payload, id, texts)]
         for ident, flag, payload in jobs:
-            got = self.plain_batch(payload) if len(jobs) > 1 else None
+            req, got = self.plain_batch(payload) if len(jobs) > 1 else (None, None)
             if got is None:
-                out += self.handle(ident, flag, payload)
+                out += self.handle(ident, flag, payload, req=req)
             else:
                 plain.setdefault(got[0], []).append((ident, flag, payload) + got[1:])
         for name, reqs in plain.items():
@@ -662,26 +664,32 @@ class Handler:
         return out
 
     def plain_batch(self, payload):
-        """(tokenizer name, request id, texts) when payload is an encode_batch that the fast
-        path answers (handle() would give the same reply): the default special-token options,
-        ids as bin, at most 64 texts, every one a bin within max_text_bytes, a tokenizer with
-        a fast encoder.  None for anything else (handle() then answers it, errors included)."""
+        """(req, plain): req is the payload's map (None if it is not one: handle() then
+        unpacks it again and reports why); plain is (tokenizer name, request id, texts) when
+        the request is an encode_batch that the fast path answers (handle() would give the
+        same reply): the default special-token options, ids as bin, at most 64 texts, every
+        one a bin within max_text_bytes, a tokenizer with a fast encoder; else None."""
         try:
             req = msgpack.unpackb(payload, raw=False, **self._unpack_kw)
-            if type(req) is not dict or req.get("op") != P.OP_ENCODE_BATCH:
-                return None
+        except Exception:
+            return None, None
+        if type(req) is not dict:
+            return None, None
+        if req.get("op") != P.OP_ENCODE_BATCH:
+            return req, None
+        try:
             req_id = self.request_id(req)
             name, allowed, disallowed, fmt = self.encode_opts(req)
         except Exception:
-            return None
+            return req, None
         texts = req.get("texts")
         lim = self.limits.max_text_bytes
         if (self.fast.get(name) is None or allowed != "all" or disallowed != () or
                 fmt != P.IDS_BIN or type(texts) is not list or len(texts) > 64 or
                 len(texts) > self.limits.max_batch_texts or
                 not all(type(t) is bytes and len(t) <= lim for t in texts)):
-            return None
-        return name, req_id, texts
+            return req, None
+        return req, (name, req_id, texts)
 
     def parse(self, payload):
         try:
