@@ -378,8 +378,10 @@ def fast_encoder(tok):
     except Exception:
         return None
     new, encode, free, buffer = ffi.new, lib.bpe_encode, lib.bpe_ids_free, ffi.buffer
-    unpack, from_buffer = ffi.unpack, ffi.from_buffer
+    unpack, from_buffer, cast = ffi.unpack, ffi.from_buffer, ffi.cast
+    from bpe_cffi import _idcache
     from bpe_cffi._idcache import join_utf8_bytes
+    pack_reply = _idcache._idlist.pack_batch_reply if _idcache.FAST else None
     encode_flat = lib.bpe_encode_batch_flat
     from bpe_cffi.tokenizer import _join_utf8 as join_utf8
 
@@ -397,6 +399,15 @@ def fast_encoder(tok):
         try:
             if rc:
                 return None              # let tok.encode raise the precise error
+            if pack_reply is not None:      # in C: headers and ids in one allocation
+                ids_at = int(cast("uintptr_t", out.ids))
+                ends_at = int(cast("uintptr_t", out_ends))
+                replies = []
+                k = 0
+                for size, req_id in zip(sizes, req_ids):
+                    replies.append(pack_reply(P.packb(req_id), ids_at, ends_at, k, size))
+                    k += size
+                return replies
             stops = unpack(out_ends, n)
             flat = memoryview(buffer(out.ids, 4 * out.len)) if out.len else b""
             replies = []

@@ -221,3 +221,49 @@ def test_join_utf8_bytes_joins_and_refuses_other_items():
     assert _idcache.join_utf8_bytes([b"ok", b"\xff"]) is None
     with pytest.raises(TypeError):
         _idcache._idlist.join_utf8_bytes((b"a",))
+
+
+def test_pack_batch_reply_is_what_msgpack_packs():
+    """pack_batch_reply (the daemon's encode_batch replies, packed in C) gives byte for byte
+    msgpack-python's packing of the same map, across every header width: counts around 127,
+    255, 65535; bins around 256 and 65536 bytes; arrays around 16 and 65536 items; any slice
+    of the texts; any id type."""
+    msgpack = pytest.importorskip("msgpack")
+    rng = random.Random(6)
+    sizes = [0, 1, 2, 63, 64, 127, 128, 255, 256, 16383, 16384, 65535, 65536]
+    sizes += [rng.randrange(0, 3000) for _ in range(10)]
+    ids = [rng.randrange(0, 2 ** 32) for _ in range(sum(sizes))]
+    buf = ffi.new("uint32_t[]", ids)
+    cuts, a = [], 0
+    for n in sizes:
+        a += n
+        cuts.append(a)
+    ends = ffi.new("size_t[]", cuts)
+    addr, eaddr = int(ffi.cast("uintptr_t", buf)), int(ffi.cast("uintptr_t", ends))
+    pack = _idcache._idlist.pack_batch_reply
+
+    def want(rid, first, count):
+        lo = cuts[first - 1] if first else 0
+        bins, counts = [], []
+        for k in range(first, first + count):
+            bins.append(b"".join(i.to_bytes(4, "little") for i in ids[lo:cuts[k]]))
+            counts.append(cuts[k] - lo)
+            lo = cuts[k]
+        return msgpack.packb({"id": rid, "ok": True, "n": counts, "ids": bins}, use_bin_type=True)
+
+    for rid in (0, 7, 300, -5, "abc", b"\x00\x01"):
+        packed_id = msgpack.packb(rid, use_bin_type=True)
+        for first, count in [(0, len(sizes)), (0, 0), (3, 1), (5, 9), (len(sizes) - 1, 1)]:
+            assert pack(packed_id, addr, eaddr, first, count) == want(rid, first, count)
+    # 16 and 65536 texts: the array headers' widths (empty texts)
+    zeros = ffi.new("size_t[]", 70_000)
+    zaddr = int(ffi.cast("uintptr_t", zeros))
+    for count in (15, 16, 65535, 65536, 70_000):
+        got = pack(b"\x01", 0, zaddr, 0, count)
+        assert got == msgpack.packb({"id": 1, "ok": True, "n": [0] * count,
+                                     "ids": [b""] * count}, use_bin_type=True)
+    back = ffi.new("size_t[]", [10, 5])
+    with pytest.raises(ValueError):
+        pack(b"\x01", addr, int(ffi.cast("uintptr_t", back)), 0, 2)
+    with pytest.raises(ValueError):
+        pack(b"\x01", addr, eaddr, -1, 2)

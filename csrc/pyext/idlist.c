@@ -283,6 +283,116 @@ static PyObject *join_utf8_bytes(PyObject *self, PyObject *texts)
     return result;
 }
 
+/* ---- replies out: an encode_batch reply packed as msgpack, straight from C's ids -------- */
+
+/* Writes the msgpack header of an unsigned int, array or bin (type: 'u', 'a' or 'b') of value
+ * or length v at out (NULL: only counts); returns its length in bytes.  The shortest form,
+ * as msgpack-python's packer chooses it. */
+static size_t msgpack_header(int type, uint64_t v, unsigned char *out)
+{
+    unsigned char buf[9];
+    size_t n;
+    int i, width;
+    if (type == 'u' && v < 0x80) {
+        buf[0] = (unsigned char)v;
+        n = 1;
+    } else if (type == 'a' && v < 16) {
+        buf[0] = (unsigned char)(0x90 | v);
+        n = 1;
+    } else {
+        if (type == 'u')
+            width = v < 0x100 ? 1 : v < 0x10000 ? 2 : v < 0x100000000ULL ? 4 : 8;
+        else if (type == 'a')
+            width = v < 0x10000 ? 2 : 4;
+        else
+            width = v < 0x100 ? 1 : v < 0x10000 ? 2 : 4;
+        if (type == 'u')
+            buf[0] = (unsigned char)(width == 1 ? 0xcc : width == 2 ? 0xcd : width == 4 ? 0xce : 0xcf);
+        else if (type == 'a')
+            buf[0] = (unsigned char)(width == 2 ? 0xdc : 0xdd);
+        else
+            buf[0] = (unsigned char)(width == 1 ? 0xc4 : width == 2 ? 0xc5 : 0xc6);
+        for (i = 0; i < width; i++)
+            buf[1 + i] = (unsigned char)(v >> (8 * (width - 1 - i)));
+        n = 1 + (size_t)width;
+    }
+    if (out != NULL)
+        memcpy(out, buf, n);
+    return n;
+}
+
+/* pack_batch_reply(packed_id, ids_address, ends_address, first, count) -> bytes: the msgpack
+ * map {"id": <packed_id>, "ok": true, "n": [...], "ids": [bin, ...]} of texts first ..
+ * first + count - 1 of an encode_batch whose uint32 ids are at ids_address, text k's being
+ * ids[ends[k-1] .. ends[k]) (ends[-1] = 0; size_t values at ends_address).  Each bin holds
+ * its text's ids as they lie in memory (little-endian on the hosts the daemon uses this on).
+ * Byte for byte what msgpack-python packs for the same dict, in one allocation. */
+static PyObject *pack_batch_reply(PyObject *self, PyObject *args)
+{
+    static const char k_id[] = "\xa2id", k_ok[] = "\xa2ok\xc3", k_n[] = "\xa1n";
+    static const char k_ids[] = "\xa3ids";
+    Py_buffer idv;
+    unsigned long long ids_address, ends_address;
+    Py_ssize_t first, count, k;
+    const uint32_t *ids;
+    const size_t *ends;
+    size_t start, a, total;
+    PyObject *out = NULL;
+    unsigned char *w;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*KKnn", &idv, &ids_address, &ends_address, &first, &count))
+        return NULL;
+    ids = (const uint32_t *)(uintptr_t)ids_address;
+    ends = (const size_t *)(uintptr_t)ends_address;
+    if (first < 0 || count < 0 || (count > 0 && ends == NULL)) {
+        PyErr_SetString(PyExc_ValueError, "bad reply range");
+        goto done;
+    }
+    start = first > 0 ? ends[first - 1] : 0;
+    total = 1 + 3 + (size_t)idv.len + 4 + 2 + msgpack_header('a', (uint64_t)count, NULL) +
+            4 + msgpack_header('a', (uint64_t)count, NULL);
+    for (k = 0, a = start; k < count; k++) {
+        size_t b = ends[first + k], n;
+        if (b < a || (b > a && ids == NULL) || b - a > 0x3fffffffu) {
+            PyErr_SetString(PyExc_ValueError, "id ends go backwards or a text is too long");
+            goto done;
+        }
+        n = b - a;
+        total += msgpack_header('u', n, NULL) + msgpack_header('b', 4 * (uint64_t)n, NULL) +
+                 4 * n;
+        a = b;
+    }
+    if ((out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total)) == NULL)
+        goto done;
+    w = (unsigned char *)PyBytes_AS_STRING(out);
+    *w++ = 0x84;
+    memcpy(w, k_id, 3);
+    w += 3;
+    memcpy(w, idv.buf, (size_t)idv.len);
+    w += idv.len;
+    memcpy(w, k_ok, 4);
+    w += 4;
+    memcpy(w, k_n, 2);
+    w += 2;
+    w += msgpack_header('a', (uint64_t)count, w);
+    for (k = 0, a = start; k < count; a = ends[first + k], k++)
+        w += msgpack_header('u', ends[first + k] - a, w);
+    memcpy(w, k_ids, 4);
+    w += 4;
+    w += msgpack_header('a', (uint64_t)count, w);
+    for (k = 0, a = start; k < count; k++) {
+        size_t n = ends[first + k] - a;
+        w += msgpack_header('b', 4 * (uint64_t)n, w);
+        if (n > 0)
+            memcpy(w, ids + a, 4 * n);
+        w += 4 * n;
+        a = ends[first + k];
+    }
+done:
+    PyBuffer_Release(&idv);
+    return out;
+}
+
 /* ---- texts in: the UTF-8 of a list of str, laid end to end ------------------------------ */
 
 /* The UTF-8 length of s, or -1 if it holds a surrogate code point (one loop per storage
@@ -424,6 +534,8 @@ static PyMethodDef methods[] = {
      "ids_from_le_bytes(data, cache) -> list"},
     {"join_utf8_bytes", join_utf8_bytes, METH_O,
      "join_utf8_bytes(list of bytes) -> (bytes, size_t ends) or None"},
+    {"pack_batch_reply", pack_batch_reply, METH_VARARGS,
+     "pack_batch_reply(packed_id, ids_address, ends_address, first, count) -> bytes"},
     {NULL, NULL, 0, NULL},
 };
 
