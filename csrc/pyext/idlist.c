@@ -157,6 +157,7 @@ static PyObject *ids_from_le_bytes(PyObject *self, PyObject *args)
     Py_buffer view;
     PyObject *cache, *out = NULL, *const *cached;
     Py_ssize_t n, i, n_cached;
+    (void)self;
     if (!PyArg_ParseTuple(args, "y*O", &view, &cache))
         return NULL;
     if (check_cache(cache) < 0 || view.len % 4 != 0) {
