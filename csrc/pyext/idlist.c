@@ -27,6 +27,11 @@
  *
  * join_utf8 goes the other way: the UTF-8 of a list of str, end to end, for a
  * batch encode, without a bytes object per text.
+ *
+ * For the daemon (bpe_cffi/daemon/server.py): join_utf8_bytes lays out texts that arrived as
+ * UTF-8 bytes, checking them as strictly as Python's decoder, and pack_batch_reply writes an
+ * encode_batch reply (a msgpack map) straight from the ids C returned; ids_from_le_bytes is
+ * the client's side, packed ids back into a list.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
