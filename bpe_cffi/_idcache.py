@@ -49,3 +49,12 @@ def join_utf8(texts: list):
     if not FAST:
         return None
     return _idlist.join_utf8(texts)
+
+
+def join_utf8_bytes(texts: list):
+    """The same as join_utf8 for a list of bytes: (the items end to end, bytes holding the
+    size_t end of each), or None when some item is not exactly bytes or not well-formed
+    UTF-8 (as Python's strict decoder judges it), or the helper is not built."""
+    if not FAST:
+        return None
+    return _idlist.join_utf8_bytes(texts)

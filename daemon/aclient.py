@@ -13,7 +13,7 @@ import zmq.asyncio
 
 from . import protocol as P
 from .client import (STREAM_BATCH_CHARS, DaemonError, DaemonTimeout,
-                     _ClientBase, parse_reply, reply_ids, request_msg)
+                     _ClientBase, parse_reply, reply_ids, request_msg, utf8_bins)
 
 
 class AsyncClient(_ClientBase):
@@ -136,7 +136,7 @@ class AsyncClient(_ClientBase):
         rep = await self.request(self._msg(P.OP_ENCODE_BATCH, tokenizer,
                                            allowed_special=allowed_special,
                                            disallowed_special=disallowed_special,
-                                           texts=list(texts), ids=P.IDS_BIN))
+                                           texts=utf8_bins(texts), ids=P.IDS_BIN))
         return [reply_ids(x) for x in rep["ids"]]
 
     async def decode(self, ids, *, tokenizer=None):
@@ -218,7 +218,7 @@ class AsyncClient(_ClientBase):
             if batch == 1:
                 msg["text"] = group[0]
             else:
-                msg["texts"] = group
+                msg["texts"] = utf8_bins(group)
             rep = await self.request(msg)
             if batch == 1:
                 return [reply_ids(rep["ids"])]

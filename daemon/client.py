@@ -13,9 +13,14 @@ import itertools
 import os
 import time
 
+import msgpack
 import zmq
 
 from . import protocol as P
+
+
+# plain ints: pyzmq's enum flags make `events & POLLIN` a Python-level call
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
 
 class DaemonError(RuntimeError):
@@ -104,13 +109,20 @@ def parse_reply(raw):
     """(reply dict, its int id) of a reply frame; (None, None) for anything unreadable, which
     the clients drop (a reply without an int id answers no request of theirs)."""
     try:
-        rep = P.unpackb(raw, _CLIENT_LIMITS)
+        rep = msgpack.unpackb(raw, raw=False, **_CLIENT_UNPACK)
     except Exception:
         return None, None
     if not isinstance(rep, dict):
         return None, None
     rid = rep.get("id")
     return (rep, rid) if isinstance(rid, int) else (rep, None)
+
+
+def utf8_bins(texts):
+    """The texts of an encode_batch as UTF-8 bins (the daemon checks them in C without
+    decoding them to str); bytes are sent as they are.  A str that cannot be UTF-8 (a lone
+    surrogate) raises UnicodeEncodeError, as packing it as a str would."""
+    return [t.encode("utf-8") if type(t) is str else t for t in texts]
 
 
 def reply_ids(ids):
@@ -190,6 +202,7 @@ class Client(_ClientBase):
         self._pending = {}
         self._next_expiry_scan = 0.0
         self._done = {}
+        self._pack = msgpack.Packer(use_bin_type=True).pack   # keeps its buffer between calls
 
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self):
@@ -217,7 +230,7 @@ class Client(_ClientBase):
             raise ValueError("the client is closed")
         rid = next(self._ids)
         msg["id"] = rid
-        packed = P.packb(msg)
+        packed = self._pack(msg)
         pinned = ep is not None
         if ep is None:
             ep = next(self._rr) % len(self._socks)
@@ -251,9 +264,9 @@ class Client(_ClientBase):
         """Receives whatever replies arrive within `wait` seconds; resends expired requests."""
         got = False
         for sock, _ in self._poller.poll(max(0, int(wait * 1000))):
-            while sock.get(zmq.EVENTS) & zmq.POLLIN:     # no zmq.Again raised per call
+            while sock.get(_EVENTS) & _POLLIN:     # no zmq.Again raised per call
                 try:
-                    raw = sock.recv(zmq.NOBLOCK)
+                    raw = sock.recv(zmq.NOBLOCK, copy=False)   # a Frame: read in place
                 except zmq.Again:  # pragma: no cover - EVENTS said ready
                     break
                 self._on_reply(raw)
@@ -328,7 +341,7 @@ class Client(_ClientBase):
         rep = self.request(self._msg(P.OP_ENCODE_BATCH, tokenizer,
                                      allowed_special=allowed_special,
                                      disallowed_special=disallowed_special,
-                                     texts=list(texts), ids=P.IDS_BIN))
+                                     texts=utf8_bins(texts), ids=P.IDS_BIN))
         return [reply_ids(x) for x in rep["ids"]]
 
     def decode(self, ids, *, tokenizer=None):
@@ -386,7 +399,7 @@ class Client(_ClientBase):
                     if batch == 1:
                         msg["text"] = group[0]
                     else:
-                        msg["texts"] = group
+                        msg["texts"] = utf8_bins(group)
                     inflight.append(self.submit(msg))
                 if not inflight:
                     return
@@ -441,3 +454,4 @@ class Client(_ClientBase):
 # replies can be as large as the daemon's frames allow; these bounds only stop garbage
 _CLIENT_LIMITS = P.Limits(max_frame_bytes=1 << 31, max_decode_ids=1 << 24,
                           max_batch_texts=1 << 24)
+_CLIENT_UNPACK = P.unpack_limits(_CLIENT_LIMITS)

@@ -115,16 +115,20 @@ def ids_to_bin(ids) -> bytes:
 
 
 _CLIENT_CACHE = 1 << 18
+_cache_reserved = False
 
 
 def bin_to_ids(data: bytes) -> list:
     """Packed uint32 little-endian -> list of ints; ValueError if the length is not 4*n."""
+    global _cache_reserved
+    if _idcache.FAST:
+        if not _cache_reserved and len(data) >= 1024:
+            _idcache.reserve(_CLIENT_CACHE)   # once: ints shared by all replies (~10 MB)
+            _cache_reserved = True
+        # the C helper raises the same ValueError for a length that is not 4*n
+        return _idcache._idlist.ids_from_le_bytes(data, _idcache._CACHE)
     if len(data) % 4:
         raise ValueError(f"packed ids have {len(data)} bytes, not a multiple of 4")
-    if _idcache.FAST:
-        if len(data) >= 1024:
-            _idcache.reserve(_CLIENT_CACHE)   # once: ints shared by all replies (~10 MB)
-        return _idcache.ids_from_le_bytes(data)
     a = array(_U32)
     a.frombytes(data)
     if not _LITTLE:  # pragma: no cover

@@ -13,7 +13,13 @@ batch, so a long job never has work queued behind it while another worker waits;
 an idle worker gets up to MAX_JOBS_PER_HANDOFF queued requests in one message).  Workers
 unpack, validate, run the op and send back the packed replies; the main loop forwards them
 to the client with NOBLOCK (ROUTER_MANDATORY is on, so a vanished peer or a full high-water
-mark is an exception we count and drop, never a block).
+mark is an exception we count and drop, never a block).  Payloads and replies cross the
+main loop as zmq.Frames, so they are not copied on their way through it.
+
+The bulk path (Python clients' `stream(batch=k)` and `encode_batch`): texts arrive as UTF-8
+bins, which C checks and lays end to end without ever making a str (idlist.join_utf8_bytes);
+the plain encode_batch requests of one hand-off are encoded by one C call
+(Handler.handle_many), and each reply is packed straight from C's id buffer (fast_encoder).
 
 Streams (op "chunk"): chunks are stored by seq and consumed strictly in order by one worker
 at a time (StreamStore's busy flag); with a bpe_cffi tokenizer whose pattern runs in C each
@@ -50,6 +56,9 @@ _DONE = b"D"
 _STOP = b"STOP"
 _REQ_FLAG = b"\x01"   # the client is a REQ socket: replies carry an empty delimiter frame
 _DEALER_FLAG = b"\x00"
+_MORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
+# plain ints: pyzmq's enum flags make `events & POLLIN` a Python-level call
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
 
 class RequestError(Exception):
@@ -369,14 +378,20 @@ def fast_encoder(tok):
     except Exception:
         return None
     new, encode, free, buffer = ffi.new, lib.bpe_encode, lib.bpe_ids_free, ffi.buffer
+    unpack, from_buffer, cast = ffi.unpack, ffi.from_buffer, ffi.cast
+    from bpe_cffi import _idcache
+    from bpe_cffi._idcache import join_utf8_bytes
+    pack_reply = _idcache._idlist.pack_batch_reply if _idcache.FAST else None
     encode_flat = lib.bpe_encode_batch_flat
     from bpe_cffi.tokenizer import _join_utf8 as join_utf8
 
-    def enc_many(texts):
-        """[packed ids of each text], [count of each], from one C call on this thread (one
-        GIL release per request instead of one per text); None on any error."""
-        n = len(texts)
-        joined, ends = join_utf8(texts)
+    def encode_joined(joined, ends, sizes, req_ids):
+        """The packed replies {"id", "ok", "n", "ids": [bin, ...]} of encode_batch requests
+        whose texts (sizes[i] of them for request i) are laid end to end in joined (size_t
+        ends), from ONE C call on this thread (one GIL release for them all); None on any
+        error.  The ids are copied once, from C's buffer straight into each reply: no bytes
+        object per text, no second packing."""
+        n = sum(sizes)
         out = new("bpe_ids *")
         out_ends = new("size_t[]", n)
         info = new("size_t *")
@@ -384,16 +399,48 @@ def fast_encoder(tok):
         try:
             if rc:
                 return None              # let tok.encode raise the precise error
-            flat = buffer(out.ids, 4 * out.len)[:] if out.len else b""
-            packed, counts, a = [], [], 0
-            for i in range(n):
-                b = out_ends[i]
-                packed.append(flat[4 * a:4 * b])
-                counts.append(b - a)
-                a = b
-            return packed, counts
+            if pack_reply is not None:      # in C: headers and ids in one allocation
+                ids_at = int(cast("uintptr_t", out.ids))
+                ends_at = int(cast("uintptr_t", out_ends))
+                replies = []
+                k = 0
+                for size, req_id in zip(sizes, req_ids):
+                    replies.append(pack_reply(P.packb(req_id), ids_at, ends_at, k, size))
+                    k += size
+                return replies
+            stops = unpack(out_ends, n)
+            flat = memoryview(buffer(out.ids, 4 * out.len)) if out.len else b""
+            replies = []
+            k = a = 0
+            for size, req_id in zip(sizes, req_ids):
+                mine = stops[k:k + size]
+                k += size
+                counts = [b - x for x, b in zip([a] + mine, mine)]
+                head = P.packb({"id": req_id, "ok": True, "n": counts, "ids": None})
+                parts = [head[:-1], _array_header(size)]   # head ends with nil: ids go there
+                for b in mine:
+                    parts += (_bin_header(4 * (b - a)), flat[4 * a:4 * b])
+                    a = b
+                replies.append(b"".join(parts))
+            return replies
         finally:
             free(out)
+
+    def enc_many(texts, req_id):
+        """The packed reply of one encode_batch of a list of str, or None."""
+        joined, ends = join_utf8(texts)
+        got = encode_joined(joined, ends, [len(texts)], [req_id])
+        return got[0] if got is not None else None
+
+    def enc_many_utf8(groups, req_ids):
+        """The packed replies of encode_batch requests whose texts (groups[i], lists of
+        bytes) are checked to be UTF-8 and joined in C (never decoded to str), encoded by one
+        C call; None when a text is not UTF-8 (or on any error)."""
+        got = join_utf8_bytes([t for g in groups for t in g])
+        if got is None:
+            return None
+        return encode_joined(got[0], from_buffer("size_t[]", got[1]), [len(g) for g in groups],
+                             req_ids)
 
     def enc(text):
         data = text.encode("utf-8")
@@ -414,14 +461,45 @@ def fast_encoder(tok):
             if got is None or P.bin_to_ids(got[0]) != list(tok.encode(sample)):
                 return None
         samples = ["Hello wörld <|endoftext|> 123\n\n  x  ", "", "🎉 '$ 漢字 the end"]
-        got = enc_many(samples)
-        if got is None or [P.bin_to_ids(b) for b in got[0]] != [list(tok.encode(t))
-                                                               for t in samples]:
-            return None
+        want = [list(tok.encode(t)) for t in samples]
+        for k in (1, 3, 20, 300):          # array and bin headers of every width
+            texts = (samples * k)[:k] + [samples[0] * 30]
+            rep = msgpack.unpackb(enc_many(texts, "x"))
+            utf8 = [t.encode() for t in texts]
+            if [msgpack.unpackb(r) for r in enc_many_utf8([utf8, utf8[:2], []], ["x", 1, 2])] \
+                    != [rep, dict(rep, id=1, n=rep["n"][:2], ids=rep["ids"][:2]),
+                        {"id": 2, "ok": True, "n": [], "ids": []}]:
+                return None
+            if (rep.get("id") != "x" or rep.get("ok") is not True or len(rep) != 4 or
+                    [P.bin_to_ids(b) for b in rep["ids"]] != (want * k)[:k] +
+                    [list(tok.encode(samples[0] * 30))] or
+                    rep["n"] != [len(x) for x in (want * k)[:k]] + [len(rep["ids"][-1]) // 4]):
+                return None
     except Exception:
         return None
+    if enc_many_utf8([[b"ok"], [b"\xed\xa0\x80"]], [1, 2]) is not None:   # a surrogate
+        return None
     enc.many = enc_many
+    enc.many_utf8 = enc_many_utf8
     return enc
+
+
+def _array_header(n):
+    """The msgpack header of an array of n items."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def _bin_header(n):
+    """The msgpack header of a bin of n bytes."""
+    if n < 1 << 8:
+        return b"\xc4" + bytes((n,))
+    if n < 1 << 16:
+        return b"\xc5" + n.to_bytes(2, "big")
+    return b"\xc6" + n.to_bytes(4, "big")
 
 
 def prefix_encoder(tok):
@@ -525,18 +603,21 @@ class Handler:
                     P.OP_INFO: self.op_info, P.OP_HEALTH: self.op_health,
                     P.OP_STATS: self.op_stats}
         self._info = None
+        self._unpack_kw = P.unpack_limits(limits)       # made once, not per request
         self._max_token_bytes = {}
         self.fast = {name: fast_encoder(tok) for name, tok in tokenizers.items()}
         self.prefix = {name: prefix_encoder(tok) for name, tok in tokenizers.items()}
 
     # -- entry point ---------------------------------------------------------------------------
-    def handle(self, ident, flag, payload, inline=False):
+    def handle(self, ident, flag, payload, inline=False, req=None):
         """Returns a list of (identity, flag, reply bytes); usually one, for this request.
         inline=True (the main loop, small payloads only): returns None for the stream ops,
-        which always run in a worker."""
+        which always run in a worker.  req: the payload's map when the caller unpacked it
+        already (as parse() would)."""
         req_id, op = None, "?"
         try:
-            req = self.parse(payload)
+            if req is None:
+                req = self.parse(payload)
             req_id = self.request_id(req)
             op = req.get("op")
             if inline and op in (P.OP_CHUNK, P.OP_STREAM_ABORT):
@@ -547,6 +628,9 @@ class Handler:
                 raise RequestError(P.E_UNKNOWN_OP, f"unknown op {req.get('op')!r}; "
                                    f"expected one of {', '.join(P.OPS)}")
             result = fn(req, ident, flag, req_id)
+            if type(result) is bytes:             # a reply the op packed itself
+                self.stats.count(op)
+                return [(ident, flag, result)]
             if isinstance(result, list):          # stream ops: replies already built
                 self.stats.count(op)
                 return result
@@ -563,9 +647,64 @@ class Handler:
             msg = f"internal error: {type(exc).__name__}: {exc}"[:1000]
             return [(ident, flag, P.packb(P.error_reply(req_id, P.E_INTERNAL, msg)))]
 
+    def handle_many(self, jobs):
+        """The replies of several requests, jobs being (identity, flag, payload) triples: a
+        list of (identity, flag, reply bytes) in any order.  Plain encode_batch requests (see
+        plain_batch) for the same tokenizer are encoded together by ONE C call; everything
+        else, and any plain one when that call fails, is answered by handle() one by one."""
+        out = []
+        plain = {}                       # tokenizer name -> [(ident, flag, payload, id, texts)]
+        for ident, flag, payload in jobs:
+            req, got = self.plain_batch(payload) if len(jobs) > 1 else (None, None)
+            if got is None:
+                out += self.handle(ident, flag, payload, req=req)
+            else:
+                plain.setdefault(got[0], []).append((ident, flag, payload) + got[1:])
+        for name, reqs in plain.items():
+            try:
+                replies = self.fast[name].many_utf8([r[4] for r in reqs], [r[3] for r in reqs])
+            except Exception:  # pragma: no cover - handle() below answers every error
+                replies = None
+            if replies is None:          # a text that is not UTF-8, an encoder error: alone
+                for ident, flag, payload, _, _ in reqs:
+                    out += self.handle(ident, flag, payload)
+                continue
+            for r, reply in zip(reqs, replies):
+                self.stats.count(P.OP_ENCODE_BATCH)
+                out.append((r[0], r[1], reply))
+        return out
+
+    def plain_batch(self, payload):
+        """(req, plain): req is the payload's map (None if it is not one: handle() then
+        unpacks it again and reports why); plain is (tokenizer name, request id, texts) when
+        the request is an encode_batch that the fast path answers (handle() would give the
+        same reply): the default special-token options, ids as bin, at most 64 texts, every
+        one a bin within max_text_bytes, a tokenizer with a fast encoder; else None."""
+        try:
+            req = msgpack.unpackb(payload, raw=False, **self._unpack_kw)
+        except Exception:
+            return None, None
+        if type(req) is not dict:
+            return None, None
+        if req.get("op") != P.OP_ENCODE_BATCH:
+            return req, None
+        try:
+            req_id = self.request_id(req)
+            name, allowed, disallowed, fmt = self.encode_opts(req)
+        except Exception:
+            return req, None
+        texts = req.get("texts")
+        lim = self.limits.max_text_bytes
+        if (self.fast.get(name) is None or allowed != "all" or disallowed != () or
+                fmt != P.IDS_BIN or type(texts) is not list or len(texts) > 64 or
+                len(texts) > self.limits.max_batch_texts or
+                not all(type(t) is bytes and len(t) <= lim for t in texts)):
+            return req, None
+        return req, (name, req_id, texts)
+
     def parse(self, payload):
         try:
-            req = P.unpackb(payload, self.limits)
+            req = msgpack.unpackb(payload, raw=False, **self._unpack_kw)
         except UnicodeDecodeError:
             rid = None
             try:  # find the id so that the error can be matched
@@ -700,16 +839,27 @@ class Handler:
             raise RequestError(P.E_BAD_REQUEST, "\"texts\" must be a list of str")
         if len(texts) > self.limits.max_batch_texts:
             raise RequestError(P.E_TOO_LARGE, f"more than {self.limits.max_batch_texts} texts")
-        texts = [self.text(t, f"texts[{i}]") for i, t in enumerate(texts)]
         name, allowed, disallowed, fmt = opts
-        tok = self.tokenizers[name]
         fast = self.fast.get(name)
-        if len(texts) <= 64 and fast is not None:
-            # small batches: the worker threads already spread requests over the cores
-            if allowed == "all" and disallowed == () and fmt == P.IDS_BIN:
-                got = fast.many(texts)
-                if got is not None:
-                    return {"ids": got[0], "n": got[1]}
+        # small batches: the worker threads already spread requests over the cores
+        fast = fast if len(texts) <= 64 and allowed == "all" and disallowed == () and \
+            fmt == P.IDS_BIN else None
+        lim = self.limits.max_text_bytes
+        if fast is not None and all(type(t) is bytes and len(t) <= lim for t in texts):
+            # UTF-8 bins (what the Python client sends): checked and joined in C, never
+            # decoded to str; one that is not UTF-8 takes the path below, which names it
+            got = fast.many_utf8([texts], [req_id])
+            if got is not None:
+                return got[0]            # the whole reply, packed
+        short = lim // 4                 # a str this long is within the limit
+        if not all(type(t) is str and len(t) <= short for t in texts):
+            texts = [self.text(t, f"texts[{i}]") for i, t in enumerate(texts)]
+        tok = self.tokenizers[name]
+        if fast is not None:
+            got = fast.many(texts, req_id)
+            if got is not None:
+                return got               # the whole reply, packed
+        if len(texts) <= 64 and self.fast.get(name) is not None:
             out = _per_text(lambda t: self.encode_packed(opts, t), texts)
             return {"ids": [x[0] for x in out], "n": [x[1] for x in out]}
         if disallowed == ():
@@ -1083,17 +1233,19 @@ class Server:
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(self._backend_addr)
         sock.send(_READY)
-        handle = self.handler.handle
+        handle_many = self.handler.handle_many
         try:
             while True:
-                job = sock.recv_multipart()       # (identity, flag, payload) * k
-                if not job[0] and job[1] == _STOP:
+                # (identity, flag, payload) * k, as zmq.Frames: the payloads are not copied
+                job = sock.recv_multipart(copy=False)
+                if not len(job[0]) and job[1].bytes == _STOP:
                     break
                 frames = [_DONE]
                 try:
-                    for i in range(0, len(job) - 2, 3):
-                        for r_ident, r_flag, reply in handle(job[i], job[i + 1], job[i + 2]):
-                            frames += (r_ident, r_flag, reply)
+                    jobs = [(job[i].bytes, job[i + 1].bytes, job[i + 2])
+                            for i in range(0, len(job) - 2, 3)]
+                    for r_ident, r_flag, reply in handle_many(jobs):
+                        frames += (r_ident, r_flag, reply)
                 except Exception as exc:  # pragma: no cover - handle() answers everything
                     sys.stderr.write(f"bpe-cffi daemon: worker error {exc!r}\n")
                 sock.send_multipart(frames)    # always: the main loop counts on DONE
@@ -1122,7 +1274,7 @@ class Server:
         fe_polled = True
         next_reap = time.monotonic() + 1.0
         deadline = None
-        NOBLOCK, EVENTS, POLLIN = zmq.NOBLOCK, zmq.EVENTS, zmq.POLLIN
+        NOBLOCK, EVENTS, POLLIN = int(zmq.NOBLOCK), _EVENTS, _POLLIN
 
         while True:
             if self._stop.is_set() and deadline is None:
@@ -1150,18 +1302,22 @@ class Server:
             for sock, _ in events:
                 if sock is be:
                     while be.get(EVENTS) & POLLIN:    # no zmq.Again raised per wake-up
-                        try:
-                            frames = be.recv_multipart(NOBLOCK)
+                        try:   # Frames: a reply goes on to its client without a copy
+                            f = be.recv(NOBLOCK, copy=False)
                         except zmq.Again:             # pragma: no cover - EVENTS said ready
                             break
-                        wid = frames[0]
+                        frames = [f]
+                        while f.more:
+                            f = be.recv(copy=False)
+                            frames.append(f)
+                        wid = frames[0].bytes
                         job = busy.pop(wid, None)
                         if job is not None:
                             now_pc = time.perf_counter()
                             stats.latencies.extend(now_pc - t0 for t0 in job)
                         idle.append(wid)
                         for i in range(2, len(frames) - 2, 3):
-                            self._send(frames[i], frames[i + 1], frames[i + 2])
+                            self._send(frames[i].bytes, frames[i + 1].bytes, frames[i + 2])
                         if pending:
                             self._dispatch(idle, busy, pending)
                 else:
@@ -1208,7 +1364,7 @@ class Server:
     def _read_frontend(self, pending):
         """Reads one message; returns False when there is none."""
         fe = self.frontend
-        if not fe.get(zmq.EVENTS) & zmq.POLLIN:   # cheaper than a zmq.Again per wake-up
+        if not fe.get(_EVENTS) & _POLLIN:   # cheaper than a zmq.Again per wake-up
             return False
         try:
             ident = fe.recv(zmq.NOBLOCK)
@@ -1218,8 +1374,11 @@ class Server:
         frames = []
         n = 1
         nbytes = len(ident)
-        while fe.getsockopt(zmq.RCVMORE):
-            f = fe.recv()
+        more = fe.getsockopt(zmq.RCVMORE)
+        while more:
+            # a zmq.Frame: the payload goes on to a worker without being copied
+            f = fe.recv(copy=False)
+            more = f.more
             n += 1
             nbytes += len(f)
             if n <= self.limits.max_frames:
@@ -1229,12 +1388,12 @@ class Server:
         stats.bytes_in += nbytes
         inflight = self._inflight
         # Valid: [identity, payload] from a DEALER, [identity, b"", payload] from a REQ.
-        if len(frames) == 2 and frames[0] == b"" and n == 3:
+        if len(frames) == 2 and not len(frames[0]) and n == 3:
             flag, payload = _REQ_FLAG, frames[1]
         elif len(frames) == 1 and n == 2:
             flag, payload = _DEALER_FLAG, frames[0]
         else:
-            flag = _REQ_FLAG if frames and frames[0] == b"" else _DEALER_FLAG
+            flag = _REQ_FLAG if frames and not len(frames[0]) else _DEALER_FLAG
             inflight[ident] = inflight.get(ident, 0) + 1
             stats.count("?", P.E_BAD_FRAMES)
             self._send(ident, flag, P.packb(P.error_reply(
@@ -1277,11 +1436,14 @@ class Server:
         else:
             inflight.pop(ident, None)
         stats = self.stats
+        fe = self.frontend
         try:
+            # frame by frame (send_multipart's Python loop costs more): only the identity
+            # frame can fail, and then nothing of the reply is queued
+            fe.send(ident, _MORE_NOBLOCK)
             if flag == _REQ_FLAG:
-                self.frontend.send_multipart([ident, b"", reply], zmq.NOBLOCK)
-            else:
-                self.frontend.send_multipart([ident, reply], zmq.NOBLOCK)
+                fe.send(b"", _MORE_NOBLOCK)
+            fe.send(reply, zmq.NOBLOCK)
             stats.replies += 1
             stats.bytes_out += len(reply)
         except zmq.ZMQError:  # EHOSTUNREACH (peer gone) or EAGAIN (its HWM is full)

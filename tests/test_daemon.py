@@ -91,6 +91,95 @@ def test_ids_formats_and_bin_text(daemon, refs):
         s.close()
 
 
+def test_encode_batch_of_bins_matches_in_process(daemon, refs, texts):
+    """encode_batch with texts as UTF-8 bin (what the Python client sends: checked and
+    joined in C), as str, or both; replies with more than 15 texts and a text of more than
+    16384 ids (every msgpack header width of the reply the daemon packs itself)."""
+    tok = refs["cl100k"]
+    long_text = " ".join(texts)[:200_000]
+    batch = texts[:20] + [long_text, "", "héllo <|endoftext|> 🎉"]
+    assert len(tok.encode(long_text)) > 16384
+    s = raw_socket(daemon.endpoint)
+    try:
+        for rid, sent in enumerate([[t.encode() for t in batch], batch,
+                                    [t.encode() if i % 2 else t for i, t in enumerate(batch)]]):
+            s.send(P.packb({"op": "encode_batch", "id": rid, "texts": sent, "ids": "bin"}))
+            rep = recv_reply(s)
+            assert rep["ok"] and rep["id"] == rid, rep
+            assert [P.bin_to_ids(b) for b in rep["ids"]] == [tok.encode(t) for t in batch]
+            assert rep["n"] == [len(tok.encode(t)) for t in batch]
+            s.send(P.packb({"op": "encode_batch", "id": rid, "texts": sent}))    # as lists
+            assert recv_reply(s)["ids"] == [tok.encode(t) for t in batch]
+        bad = [t.encode() for t in batch[:5]]
+        for wrong in (b"\xed\xa0\x80", b"ab\xe2\x82", b"\xf4\x90\x80\x80", b"\xff"):
+            bad[3] = wrong
+            s.send(P.packb({"op": "encode_batch", "id": 9, "texts": bad, "ids": "bin"}))
+            rep = recv_reply(s)
+            assert not rep["ok"] and rep["code"] == P.E_BAD_UTF8 and rep["id"] == 9, rep
+            assert "texts[3]" in rep["message"]
+    finally:
+        s.close()
+
+
+def test_requests_handed_over_together_get_their_own_replies(refs, texts):
+    """Handler.handle_many (a worker's batch of requests): plain encode_batch requests of
+    one tokenizer are encoded by one C call, the rest one by one; every request gets exactly
+    its own reply, and a bad text fails only its own request."""
+    from bpe_cffi.daemon.server import Server
+    server = Server(refs, bind="tcp://127.0.0.1:0", workers=1, context=zmq.Context.instance())
+    h = server.handler
+    t = texts[:12] + ["", "héllo <|endoftext|> 🎉"]
+    jobs, want = [], {}
+
+    def add(fields, expect):
+        ident = b"c%d" % len(jobs)
+        fields.setdefault("id", len(jobs))
+        jobs.append((ident, b"\x00", P.packb(fields)))
+        want[ident] = (fields["id"], expect)
+
+    def batch(name, items):
+        return [refs[name].encode(x) for x in items]
+
+    add({"op": "encode_batch", "texts": [x.encode() for x in t[:5]], "ids": "bin"},
+        batch("cl100k", t[:5]))
+    add({"op": "encode_batch", "texts": [x.encode() for x in t[5:]], "ids": "bin"},
+        batch("cl100k", t[5:]))
+    add({"op": "encode_batch", "texts": [], "ids": "bin", "id": "empty"}, [])
+    add({"op": "encode_batch", "texts": [x.encode() for x in t[2:9]], "ids": "bin",
+         "tokenizer": "gpt2"}, batch("gpt2", t[2:9]))
+    add({"op": "encode_batch", "texts": t[:3], "ids": "bin"}, batch("cl100k", t[:3]))
+    add({"op": "encode_batch", "texts": [x.encode() for x in t[:3]]}, batch("cl100k", t[:3]))
+    add({"op": "encode_batch", "texts": [b"<|endoftext|>"], "ids": "bin",
+         "allowed_special": "none"}, [refs["cl100k"].encode("<|endoftext|>",
+                                                             allowed_special=set())])
+    add({"op": "encode", "text": t[0], "ids": "bin"}, refs["cl100k"].encode(t[0]))
+    add({"op": "fly"}, P.E_UNKNOWN_OP)
+    jobs.append((b"junk", b"\x00", b"\xc1"))
+    want[b"junk"] = (None, P.E_BAD_MSGPACK)
+    for rounds in range(2):
+        replies = h.handle_many(jobs)
+        assert sorted(r[0] for r in replies) == sorted(want)
+        for ident, flag, raw in replies:
+            rep = msgpack.unpackb(raw)
+            rid, expect = want[ident]
+            assert flag == b"\x00" and rep["id"] == rid
+            if isinstance(expect, str):
+                assert rep["ok"] is False and rep["code"] == expect
+                continue
+            assert rep["ok"] is True, rep
+            ids = rep["ids"]
+            if isinstance(ids, bytes):
+                ids = P.bin_to_ids(ids)
+            elif ids and isinstance(ids[0], bytes):
+                ids = [P.bin_to_ids(x) for x in ids]
+            assert ids == expect
+        # a text that is not UTF-8 in one plain request: only that one fails
+        bad = (b"bad", b"\x00", P.packb({"op": "encode_batch", "id": "bad", "ids": "bin",
+                                          "texts": [b"ok", b"\xed\xa0\x80"]}))
+        jobs.append(bad)
+        want[b"bad"] = ("bad", P.E_BAD_UTF8)
+
+
 def test_batch_decode_count(daemon, refs, texts):
     tok = refs["gpt2"]
     with Client(daemon.endpoint, timeout=10, tokenizer="gpt2") as c:

@@ -69,6 +69,17 @@ def test_packed_bytes_and_bad_input():
         _idcache._idlist.ids_list(1234, -1, _idcache._CACHE)
 
 
+def test_packed_bytes_every_short_length():
+    """ids_from_le_bytes loads ids ahead of the one it converts: every length around that
+    look-ahead (and odd offsets: a memoryview slice) gives the plain decoding."""
+    rng = random.Random(4)
+    _idcache.reserve(200_000)
+    for n in range(0, 80):
+        ids = random_ids(rng, n)
+        data = b"x" + b"".join(i.to_bytes(4, "little") for i in ids)
+        assert _idcache.ids_from_le_bytes(memoryview(data)[1:]) == ids
+
+
 def test_references_are_counted():
     """Lists made from the cache hold real references: dropping them leaves the cache's
     objects alive and their reference counts where they were."""
@@ -183,3 +194,107 @@ def test_id_lists_are_not_tracked_by_the_cycle_collector_and_stay_ordinary_lists
     assert ids[1:-1] == before[1:] and ids[-1] == 7 and sorted(packed) == packed
     gc.collect()                              # nothing is freed from under the lists
     assert ids[1:-1] == before[1:]
+
+
+def _is_utf8(data):
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def test_join_utf8_bytes_judges_utf8_as_python_does():
+    """join_utf8_bytes accepts exactly what bytes.decode("utf-8") accepts: every boundary of
+    the UTF-8 rules (overlong forms, surrogates, > U+10FFFF, cut sequences), at every offset
+    of the 8-byte ASCII step, and random bytes."""
+    edges = [b"", b"\x7f", b"\x80", b"\xbf", b"\xc0\x80", b"\xc1\xbf", b"\xc2\x80", b"\xdf\xbf",
+             b"\xc2\x7f", b"\xc2\xc0", b"\xe0\x80\x80", b"\xe0\x9f\xbf", b"\xe0\xa0\x80",
+             b"\xec\xbf\xbf", b"\xed\x80\x80", b"\xed\x9f\xbf", b"\xed\xa0\x80", b"\xed\xbf\xbf",
+             b"\xee\x80\x80", b"\xef\xbf\xbf", b"\xe1\x80\x7f", b"\xf0\x8f\xbf\xbf",
+             b"\xf0\x90\x80\x80", b"\xf3\xbf\xbf\xbf", b"\xf4\x8f\xbf\xbf", b"\xf4\x90\x80\x80",
+             b"\xf5\x80\x80\x80", b"\xf1\x80\x80\x7f", b"\xfe", b"\xff", b"\xe2\x82", b"\xc3",
+             b"\xf0\x9f\x8e", "é漢🎉".encode()]
+    cases = [b"a" * pre + e + b"b" * post for e in edges for pre in range(10) for post in (0, 1, 9)]
+    rng = random.Random(5)
+    alphabet = [0x41, 0x7F, 0x80, 0x9F, 0xA0, 0xBF, 0xC0, 0xC2, 0xDF, 0xE0, 0xED, 0xEF, 0xF0,
+                0xF4, 0xF5, 0xFF]
+    for _ in range(3000):
+        cases.append(bytes(rng.choice(alphabet) for _ in range(rng.randrange(0, 24))))
+    valid = "x é 漢字 🎉 end".encode()
+    for _ in range(1000):
+        b = bytearray(valid)
+        b[rng.randrange(len(b))] = rng.randrange(256)
+        cases.append(bytes(b))
+    seen = set()
+    for data in cases:
+        got = _idcache.join_utf8_bytes([data])
+        ok = _is_utf8(data)
+        seen.add(ok)
+        if ok:
+            assert got is not None and got[0] == data, data
+            assert int.from_bytes(got[1], sys.byteorder) == len(data)
+        else:
+            assert got is None, data
+    assert seen == {True, False}
+
+
+def test_join_utf8_bytes_joins_and_refuses_other_items():
+    parts = [b"abc", b"", "h\u00e9llo \U0001f389".encode(), b"x" * 100]
+    joined, ends = _idcache.join_utf8_bytes(parts)
+    assert joined == b"".join(parts)
+    width = len(ends) // len(parts)
+    assert [int.from_bytes(ends[i:i + width], sys.byteorder)
+            for i in range(0, len(ends), width)] == [3, 3, 3 + len(parts[2]), len(joined)]
+    assert _idcache.join_utf8_bytes([]) == (b"", b"")
+    assert _idcache.join_utf8_bytes([b"ok", "str"]) is None
+    assert _idcache.join_utf8_bytes([b"ok", bytearray(b"x")]) is None
+    assert _idcache.join_utf8_bytes([b"ok", b"\xff"]) is None
+    with pytest.raises(TypeError):
+        _idcache._idlist.join_utf8_bytes((b"a",))
+
+
+def test_pack_batch_reply_is_what_msgpack_packs():
+    """pack_batch_reply (the daemon's encode_batch replies, packed in C) gives byte for byte
+    msgpack-python's packing of the same map, across every header width: counts around 127,
+    255, 65535; bins around 256 and 65536 bytes; arrays around 16 and 65536 items; any slice
+    of the texts; any id type."""
+    msgpack = pytest.importorskip("msgpack")
+    rng = random.Random(6)
+    sizes = [0, 1, 2, 63, 64, 127, 128, 255, 256, 16383, 16384, 65535, 65536]
+    sizes += [rng.randrange(0, 3000) for _ in range(10)]
+    ids = [rng.randrange(0, 2 ** 32) for _ in range(sum(sizes))]
+    buf = ffi.new("uint32_t[]", ids)
+    cuts, a = [], 0
+    for n in sizes:
+        a += n
+        cuts.append(a)
+    ends = ffi.new("size_t[]", cuts)
+    addr, eaddr = int(ffi.cast("uintptr_t", buf)), int(ffi.cast("uintptr_t", ends))
+    pack = _idcache._idlist.pack_batch_reply
+
+    def want(rid, first, count):
+        lo = cuts[first - 1] if first else 0
+        bins, counts = [], []
+        for k in range(first, first + count):
+            bins.append(b"".join(i.to_bytes(4, "little") for i in ids[lo:cuts[k]]))
+            counts.append(cuts[k] - lo)
+            lo = cuts[k]
+        return msgpack.packb({"id": rid, "ok": True, "n": counts, "ids": bins}, use_bin_type=True)
+
+    for rid in (0, 7, 300, -5, "abc", b"\x00\x01"):
+        packed_id = msgpack.packb(rid, use_bin_type=True)
+        for first, count in [(0, len(sizes)), (0, 0), (3, 1), (5, 9), (len(sizes) - 1, 1)]:
+            assert pack(packed_id, addr, eaddr, first, count) == want(rid, first, count)
+    # 16 and 65536 texts: the array headers' widths (empty texts)
+    zeros = ffi.new("size_t[]", 70_000)
+    zaddr = int(ffi.cast("uintptr_t", zeros))
+    for count in (15, 16, 65535, 65536, 70_000):
+        got = pack(b"\x01", 0, zaddr, 0, count)
+        assert got == msgpack.packb({"id": 1, "ok": True, "n": [0] * count,
+                                     "ids": [b""] * count}, use_bin_type=True)
+    back = ffi.new("size_t[]", [10, 5])
+    with pytest.raises(ValueError):
+        pack(b"\x01", addr, int(ffi.cast("uintptr_t", back)), 0, 2)
+    with pytest.raises(ValueError):
+        pack(b"\x01", addr, eaddr, -1, 2)
