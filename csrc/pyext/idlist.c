@@ -87,6 +87,7 @@ static PyObject *ids_list(PyObject *self, PyObject *args)
     unsigned long long address;
     Py_ssize_t n;
     PyObject *cache;
+    (void)self;
     if (!PyArg_ParseTuple(args, "KnO", &address, &n, &cache) || check_cache(cache) < 0)
         return NULL;
     if (n < 0 || (n > 0 && address == 0)) {
@@ -106,6 +107,7 @@ static PyObject *ids_lists(PyObject *self, PyObject *args)
     PyObject *cache, *out;
     const uint32_t *ids;
     const size_t *ends;
+    (void)self;
     if (!PyArg_ParseTuple(args, "KKnO", &address, &ends_address, &n_texts, &cache) ||
         check_cache(cache) < 0)
         return NULL;
@@ -612,6 +614,7 @@ static PyObject *join_utf8(PyObject *self, PyObject *texts)
     PyObject *joined, *ends_obj, *result;
     size_t *ends;
     char *out;
+    (void)self;
     if (!PyList_CheckExact(texts)) {
         PyErr_SetString(PyExc_TypeError, "texts must be a list");
         return NULL;
