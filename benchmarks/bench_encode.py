@@ -10,7 +10,8 @@ For each (vocab, corpus):
           HF encode) -- HF for every vocab: gpt2 from vocab.json/merges.txt, cl100k/o200k
           from the tokenizer.json that bpe_cffi saves (synthesized merges);
   (single and batch of one library are timed turn about, so that the machine's slow spells
-  fall on both and their ratio is fair)
+  fall on both; batch-vs-own-single is the median over the turns of single time / batch
+  time, as bench_single.py takes medians of pairs: one lucky single run must not decide it)
   batch:  the text's documents (split on <|endoftext|> and blank lines) on N threads
           (bpe_cffi encode_batch, tiktoken encode_ordinary_batch, HF encode_batch with
           RAYON_NUM_THREADS=N);
@@ -20,6 +21,7 @@ Checks that bpe_cffi's ids equal tiktoken's (single and batch) and stops if they
 import argparse
 import lzma
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -53,15 +55,19 @@ def best_of(fn, reps: int):
 
 def best_of_alternating(fn_a, fn_b, reps: int):
     """best_of for two calls taken turn about (a, b, a, b, ...): the machine's slow and fast
-    spells (other tenants, seconds long) then fall on both alike, so their RATIO is fair."""
-    best, outs = [float("inf")] * 2, [None, None]
+    spells (other tenants, seconds long) then fall on both alike.  Returns ([best a, best b],
+    [last result a, last result b], median over the turns of time a / time b)."""
+    best, outs, ratios = [float("inf")] * 2, [None, None], []
     for _ in range(reps):
+        took = []
         for k, fn in enumerate((fn_a, fn_b)):
             outs[k] = None
             t0 = time.perf_counter()
             outs[k] = fn()
-            best[k] = min(best[k], time.perf_counter() - t0)
-    return best, outs
+            took.append(time.perf_counter() - t0)
+            best[k] = min(best[k], took[-1])
+        ratios.append(took[0] / took[1])
+    return best, outs, statistics.median(ratios)
 
 
 def ours(name: str):
@@ -104,11 +110,11 @@ def bench_one(name, corpus, text, tok, enc, h, a, tmpdir):
     docs = split_documents(text)
     mb = nbytes / 1e6
     row = {}
-    (t, tb), (ref, ref_b) = best_of_alternating(
+    (t, tb), (ref, ref_b), _ = best_of_alternating(
         lambda: enc.encode_ordinary(text),
         lambda: enc.encode_ordinary_batch(docs, num_threads=a.threads), a.reps)
     row["tiktoken"] = [mb / t, mb / tb]
-    (t, tb), (got, got_b) = best_of_alternating(
+    (t, tb), (got, got_b), row["batch_gain"] = best_of_alternating(
         lambda: tok.encode_ordinary(text),
         lambda: tok.encode_batch(docs, num_threads=a.threads, allowed_special=set()), a.reps)
     row["bpe_cffi"] = [mb / t, mb / tb]
@@ -119,7 +125,7 @@ def bench_one(name, corpus, text, tok, enc, h, a, tmpdir):
     got = ref = got_b = ref_b = None
     if h is not None:
         reps = max(1, a.reps - 1)
-        (t, tb), _ = best_of_alternating(lambda: h.encode(text).ids,
+        (t, tb), _, _ = best_of_alternating(lambda: h.encode(text).ids,
                                          lambda: h.encode_batch(docs), reps)
         row["hf"] = [mb / t, mb / tb]
     if a.file:
@@ -167,13 +173,15 @@ def main():
                 if a.file:
                     line += f" | file: ours {row['bpe_cffi'][2]:6.1f}"
                 print(line, flush=True)
-                r = [ours_b / ours_s, ours_s / row["tiktoken"][0], ours_b / row["tiktoken"][1]]
+                r = [row["batch_gain"], ours_s / row["tiktoken"][0], ours_b / row["tiktoken"][1]]
                 if "hf" in row:
                     r += [ours_s / row["hf"][0], ours_b / row["hf"][1]]
                 summary.append((name, corpus, r))
             tok.close()
-    print(f"\nratios: batch({a.threads} threads)-vs-own-single, then bpe_cffi / peer:  "
-          "single-vs-tiktoken  batch-vs-tiktoken  single-vs-hf  batch-vs-hf")
+    print(f"\nratios: batch({a.threads} threads)-vs-own-single (median over the turns of single "
+          "time / batch time), then bpe_cffi / peer (bests):\n"
+          "                             batch-vs-single  single-vs-tiktoken  batch-vs-tiktoken  "
+          "single-vs-hf  batch-vs-hf")
     for name, corpus, r in summary:
         print(f"  {name:12s} {corpus:13s} " + "  ".join(f"{x:6.2f}x" for x in r))
     if a.file:
