@@ -246,17 +246,20 @@ static int utf8_well_formed(const unsigned char *p, Py_ssize_t n)
     return 1;
 }
 
-/* join_utf8_bytes(texts) -> (joined, ends) or None.  texts: a list of bytes; joined: the
- * items end to end; ends: a bytes object of len(texts) size_t values, the end of each item
- * in joined (as join_utf8).  None when an item is not exactly bytes or is not well-formed
- * UTF-8: the caller then takes its slower path, which also reports the bad item. */
-static PyObject *join_utf8_bytes(PyObject *self, PyObject *texts)
+/* What join_items needs of one kind of item: its UTF-8 length, or -1 when the item cannot
+ * take the fast path; and a writer of that UTF-8 at out (room up to limit). */
+typedef Py_ssize_t (*item_length_fn)(PyObject *item);
+typedef char *(*item_write_fn)(PyObject *item, char *out, const char *limit);
+
+/* (joined, ends) for the list texts, or None when an item's length is -1: one pass to size,
+ * one to write, no object per item.  ends is a bytes object of len(texts) size_t values, the
+ * end of each item's bytes in joined.  The shared body of join_utf8 and join_utf8_bytes. */
+static PyObject *join_items(PyObject *texts, item_length_fn length, item_write_fn write)
 {
     Py_ssize_t n, k, total = 0;
     PyObject *joined, *ends_obj, *result;
     size_t *ends;
     char *out;
-    (void)self;
     if (!PyList_CheckExact(texts)) {
         PyErr_SetString(PyExc_TypeError, "texts must be a list");
         return NULL;
@@ -266,12 +269,8 @@ static PyObject *join_utf8_bytes(PyObject *self, PyObject *texts)
         return NULL;
     ends = (size_t *)PyBytes_AS_STRING(ends_obj);
     for (k = 0; k < n; k++) {
-        PyObject *b = PyList_GET_ITEM(texts, k);
-        Py_ssize_t len;
-        if (!PyBytes_CheckExact(b) ||
-            !utf8_well_formed((const unsigned char *)PyBytes_AS_STRING(b),
-                              (len = PyBytes_GET_SIZE(b))) ||
-            total > PY_SSIZE_T_MAX - len) {
+        Py_ssize_t len = length(PyList_GET_ITEM(texts, k));
+        if (len < 0 || total > PY_SSIZE_T_MAX - len) {
             Py_DECREF(ends_obj);
             Py_RETURN_NONE;
         }
@@ -283,15 +282,38 @@ static PyObject *join_utf8_bytes(PyObject *self, PyObject *texts)
         return NULL;
     }
     out = PyBytes_AS_STRING(joined);
-    for (k = 0; k < n; k++) {         /* the list cannot change: the GIL is held throughout */
-        PyObject *b = PyList_GET_ITEM(texts, k);
-        memcpy(out, PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(b));
-        out += PyBytes_GET_SIZE(b);
-    }
+    for (k = 0; k < n; k++)           /* the list cannot change: the GIL is held throughout */
+        out = write(PyList_GET_ITEM(texts, k), out, PyBytes_AS_STRING(joined) + total);
     result = PyTuple_Pack(2, joined, ends_obj);
     Py_DECREF(joined);
     Py_DECREF(ends_obj);
     return result;
+}
+
+/* The length of a bytes item that is well-formed UTF-8, else -1. */
+static Py_ssize_t utf8_bytes_length(PyObject *b)
+{
+    if (!PyBytes_CheckExact(b) ||
+        !utf8_well_formed((const unsigned char *)PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b)))
+        return -1;
+    return PyBytes_GET_SIZE(b);
+}
+
+static char *copy_bytes(PyObject *b, char *out, const char *limit)
+{
+    (void)limit;
+    memcpy(out, PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(b));
+    return out + PyBytes_GET_SIZE(b);
+}
+
+/* join_utf8_bytes(texts) -> (joined, ends) or None.  texts: a list of bytes; joined: the
+ * items end to end; ends: as join_utf8's.  None when an item is not exactly bytes or is not
+ * well-formed UTF-8: the caller then takes its slower path, which also reports the bad
+ * item. */
+static PyObject *join_utf8_bytes(PyObject *self, PyObject *texts)
+{
+    (void)self;
+    return join_items(texts, utf8_bytes_length, copy_bytes);
 }
 
 /* ---- replies out: an encode_batch reply packed as msgpack, straight from C's ids -------- */
@@ -603,6 +625,12 @@ static char *write_utf8(PyObject *s, char *out, const char *limit)
     return out;
 }
 
+/* The UTF-8 length of an item that is exactly a str without surrogates, else -1. */
+static Py_ssize_t str_utf8_length(PyObject *s)
+{
+    return PyUnicode_CheckExact(s) ? utf8_length(s) : -1;
+}
+
 /* join_utf8(texts) -> (joined, ends) or None.  texts: a list; joined: the UTF-8 of its
  * items end to end (bytes); ends: a bytes object of len(texts) size_t values, the end of
  * each item's bytes in joined.  None when an item is not exactly a str or holds a surrogate
@@ -610,40 +638,8 @@ static char *write_utf8(PyObject *s, char *out, const char *limit)
  * to size, one to copy: no bytes object per text. */
 static PyObject *join_utf8(PyObject *self, PyObject *texts)
 {
-    Py_ssize_t n, k, total = 0;
-    PyObject *joined, *ends_obj, *result;
-    size_t *ends;
-    char *out;
     (void)self;
-    if (!PyList_CheckExact(texts)) {
-        PyErr_SetString(PyExc_TypeError, "texts must be a list");
-        return NULL;
-    }
-    n = PyList_GET_SIZE(texts);
-    if ((ends_obj = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(size_t))) == NULL)
-        return NULL;
-    ends = (size_t *)PyBytes_AS_STRING(ends_obj);
-    for (k = 0; k < n; k++) {
-        PyObject *s = PyList_GET_ITEM(texts, k);
-        Py_ssize_t len = PyUnicode_CheckExact(s) ? utf8_length(s) : -1;
-        if (len < 0 || total > PY_SSIZE_T_MAX - len) {
-            Py_DECREF(ends_obj);
-            Py_RETURN_NONE;
-        }
-        total += len;
-        ends[k] = (size_t)total;
-    }
-    if ((joined = PyBytes_FromStringAndSize(NULL, total)) == NULL) {
-        Py_DECREF(ends_obj);
-        return NULL;
-    }
-    out = PyBytes_AS_STRING(joined);
-    for (k = 0; k < n; k++)           /* the list cannot change: the GIL is held throughout */
-        out = write_utf8(PyList_GET_ITEM(texts, k), out, PyBytes_AS_STRING(joined) + total);
-    result = PyTuple_Pack(2, joined, ends_obj);
-    Py_DECREF(joined);
-    Py_DECREF(ends_obj);
-    return result;
+    return join_items(texts, str_utf8_length, write_utf8);
 }
 
 static PyMethodDef methods[] = {
