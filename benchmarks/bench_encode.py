@@ -9,13 +9,13 @@ For each (vocab, corpus):
   single: the whole text in one call (bpe_cffi encode_ordinary, tiktoken encode_ordinary,
           HF encode) -- HF for every vocab: gpt2 from vocab.json/merges.txt, cl100k/o200k
           from the tokenizer.json that bpe_cffi saves (synthesized merges);
-  (single and batch of one library are timed turn about, so that the machine's slow spells
-  fall on both; batch-vs-own-single is the median over the turns of single time / batch
-  time, as bench_single.py takes medians of pairs: one lucky single run must not decide it)
   batch:  the text's documents (split on <|endoftext|> and blank lines) on N threads
           (bpe_cffi encode_batch, tiktoken encode_ordinary_batch, HF encode_batch with
           RAYON_NUM_THREADS=N);
   file:   (--file) bpe_cffi encode_file on the slice, and the peak RSS of the process.
+Single and batch of one library are timed turn about, so that the machine's slow spells fall
+on both; batch-vs-own-single is the median over the turns of single time / batch time, as
+bench_single.py takes medians of pairs: one lucky single run must not decide it.
 Checks that bpe_cffi's ids equal tiktoken's (single and batch) and stops if they do not.
 """
 import argparse

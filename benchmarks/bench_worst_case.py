@@ -82,6 +82,7 @@ def main() -> int:
     if a.heap:
         os.environ["BPE_CFFI_LONG_PIECE"] = "0"
     texts = inputs(a.mb)
+    sizes = {label: len(text.encode()) for label, text in texts.items()}
     sys.path.insert(0, str(SHARED / "vocab"))
     from offline_tiktoken import get_encoding
     worst = 0.0
@@ -102,10 +103,10 @@ def main() -> int:
                 t0 = time.perf_counter()
                 tok.encode_ordinary(text)
                 per_byte[label] = min(per_byte[label],
-                                      (time.perf_counter() - t0) / len(text.encode()))
+                                      (time.perf_counter() - t0) / sizes[label])
                 tok.close()
         for label, text in texts.items():
-            nbytes = len(text.encode())
+            nbytes = sizes[label]
             ratio = per_byte[label] / per_byte["prose"]
             if label != "prose":
                 worst = max(worst, ratio)
