@@ -93,6 +93,45 @@ def test_references_are_counted():
     assert sys.getrefcount(probe) == before
 
 
+def test_references_are_counted_in_bulk_for_long_results():
+    """A result of many ids takes its references in one update per int at the end (see refs
+    in idlist.c): the counts must come out exact for every way in, including a call that
+    fails after some lists were made."""
+    _idcache.reserve(1000)
+    values = (300, 555, 777, 999)                     # not CPython's shared small ints
+    probes = [_idcache._CACHE[i] for i in values]
+    n = max(8192, len(_idcache._CACHE) // 2)          # long enough to be counted in bulk
+    ids = [300 + (i * 7919) % 700 for i in range(n)] + [_idcache.MAX_CACHED + 3, 2 ** 32 - 1]
+    want = {id(p): ids.count(x) for p, x in zip(probes, values)}
+    buf = ffi.new("uint32_t[]", ids)
+    before = [sys.getrefcount(probes[k]) for k in range(len(probes))]
+
+    def check(extra):
+        got = [sys.getrefcount(probes[k]) - before[k] for k in range(len(probes))]
+        assert got == [extra * want[id(p)] for p in probes]
+
+    def same(a, b):     # not `assert a == b`: pytest's rewriting of it holds a reference
+        if a != b:
+            pytest.fail("the lists differ")
+
+    one = T._ids(buf, len(ids))
+    same(one, ids)
+    check(1)
+    ends = ffi.new("size_t[]", [100, 100, n // 2, len(ids)])
+    parts = T._split_ids(buf, ends, 4)
+    same(sum(parts, []), ids)
+    check(2)
+    packed = _idcache.ids_from_le_bytes(b"".join(i.to_bytes(4, "little") for i in ids))
+    same(packed, ids)
+    check(3)
+    del one, parts, packed
+    check(0)
+    back = ffi.new("size_t[]", [n // 2, n, 10])       # fails after two lists were made
+    with pytest.raises(ValueError, match="backwards"):
+        T._split_ids(buf, back, 3)
+    check(0)
+
+
 def test_encoders_agree_without_the_helper(monkeypatch):
     tok = ours("cl100k_base")
     texts = ["hello world " * 50, "", "漢字 🎉 " * 30, "x"] * 20

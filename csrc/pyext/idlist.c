@@ -41,28 +41,91 @@
 #include <emmintrin.h>
 #endif
 
-/* A new reference to the int `id`: the cached object when there is one. */
-static PyObject *id_object(uint32_t id, PyObject *const *cached, Py_ssize_t n_cached)
+/* References to the cached ints, taken in bulk.
+ *
+ * A list of n ids needs n new references.  Taken one by one, each is a write to the int's
+ * reference count: a random access into the ~40 bytes * vocabulary of cached ints, most of
+ * them cache misses once the vocabulary outgrows L2.  When a call makes many ids at once,
+ * it counts instead: count[id]++ lands in an array of 4 bytes per id (several times
+ * smaller, and written in place), and at the end of the call each cached int gets all its
+ * references in one update.  Between the two, the lists hold references not yet counted in
+ * their ints; that is safe because nothing else runs meanwhile (the GIL is held and no
+ * Python code is called) and every exit path applies the counts before letting go of any
+ * list.  Ids beyond the cache are new ints, owned outright. */
+typedef struct refs {
+    PyObject *const *cached;   /* the cache list's items */
+    Py_ssize_t n_cached;
+    uint32_t *count;           /* count[i]: references to cached[i] not yet applied; NULL:
+                                  references are taken one by one */
+} refs;
+
+/* Counting pays once the ids are at least this fraction of the cache's size: the final
+ * pass reads every count. */
+#define COUNT_MIN_RATIO 4
+
+static int refs_init(refs *r, PyObject *cache, size_t n_ids)
 {
-    if ((Py_ssize_t)id < n_cached) {
-        PyObject *o = cached[id];
-        Py_INCREF(o);
+    r->cached = ((PyListObject *)cache)->ob_item;
+    r->n_cached = PyList_GET_SIZE(cache);
+    r->count = NULL;
+    if (r->n_cached > 0 && n_ids >= (size_t)r->n_cached / COUNT_MIN_RATIO &&
+        n_ids >= 4096) {
+        r->count = PyMem_Calloc((size_t)r->n_cached, sizeof *r->count);
+        if (r->count == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Gives each cached int the references counted for it, and frees the counts. */
+static void refs_apply(refs *r)
+{
+    Py_ssize_t i;
+    if (r->count == NULL)
+        return;
+    for (i = 0; i < r->n_cached; i++) {
+        uint32_t c = r->count[i];
+        if (c != 0) {
+            PyObject *o = r->cached[i];
+#if PY_VERSION_HEX < 0x030C0000
+            Py_SET_REFCNT(o, Py_REFCNT(o) + (Py_ssize_t)c);
+#else
+            while (c-- > 0)     /* immortal ints must keep their count: let Py_INCREF decide */
+                Py_INCREF(o);
+#endif
+        }
+    }
+    PyMem_Free(r->count);
+    r->count = NULL;
+}
+
+/* A reference to the int `id` for a list item (see refs), or NULL with an exception. */
+static PyObject *id_object(refs *r, uint32_t id)
+{
+    if ((Py_ssize_t)id < r->n_cached) {
+        PyObject *o = r->cached[id];
+        if (r->count != NULL)
+            r->count[id]++;
+        else
+            Py_INCREF(o);
         return o;
     }
     return PyLong_FromUnsignedLong(id);
 }
 
-/* A new list of the n ids at ids[0..n). */
-static PyObject *make_list(const uint32_t *ids, Py_ssize_t n, PyObject *cache)
+/* A new list of the n ids at ids[0..n), or NULL with an exception. */
+static PyObject *make_list(const uint32_t *ids, Py_ssize_t n, refs *r)
 {
-    PyObject *const *cached = ((PyListObject *)cache)->ob_item;
-    Py_ssize_t n_cached = PyList_GET_SIZE(cache), i;
     PyObject *out = PyList_New(n);
+    Py_ssize_t i;
     if (out == NULL)
         return NULL;
     for (i = 0; i < n; i++) {
-        PyObject *o = id_object(ids[i], cached, n_cached);
+        PyObject *o = id_object(r, ids[i]);
         if (o == NULL) {
+            refs_apply(r);      /* before any list goes: see refs */
             Py_DECREF(out);
             return NULL;
         }
@@ -94,7 +157,15 @@ static PyObject *ids_list(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "bad id buffer");
         return NULL;
     }
-    return make_list((const uint32_t *)(uintptr_t)address, n, cache);
+    {
+        refs r;
+        PyObject *out;
+        if (refs_init(&r, cache, (size_t)n) < 0)
+            return NULL;
+        out = make_list((const uint32_t *)(uintptr_t)address, n, &r);
+        refs_apply(&r);
+        return out;
+    }
 }
 
 /* ids_lists(address, ends_address, n_texts, cache) -> n_texts lists: text k's ids are
@@ -105,6 +176,7 @@ static PyObject *ids_lists(PyObject *self, PyObject *args)
     Py_ssize_t n_texts, k;
     size_t start = 0;
     PyObject *cache, *out;
+    refs r;
     const uint32_t *ids;
     const size_t *ends;
     (void)self;
@@ -119,22 +191,25 @@ static PyObject *ids_lists(PyObject *self, PyObject *args)
     ends = (const size_t *)(uintptr_t)ends_address;
     if ((out = PyList_New(n_texts)) == NULL)
         return NULL;
+    if (refs_init(&r, cache, n_texts > 0 ? ends[n_texts - 1] : 0) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
     for (k = 0; k < n_texts; k++) {
         PyObject *part;
         if (ends[k] < start || (ends[k] > start && ids == NULL) ||
             ends[k] - start > (size_t)PY_SSIZE_T_MAX) {
-            Py_DECREF(out);
             PyErr_SetString(PyExc_ValueError, "id ends go backwards");
-            return NULL;
+            break;
         }
-        part = make_list(ids + start, (Py_ssize_t)(ends[k] - start), cache);
-        if (part == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
+        if ((part = make_list(ids + start, (Py_ssize_t)(ends[k] - start), &r)) == NULL)
+            break;
         PyList_SET_ITEM(out, k, part);
         start = ends[k];
     }
+    refs_apply(&r);             /* before any list goes: see refs */
+    if (k < n_texts)
+        Py_CLEAR(out);
     return out;
 }
 
@@ -165,8 +240,9 @@ static uint32_t le32_at(const unsigned char *p)
 static PyObject *ids_from_le_bytes(PyObject *self, PyObject *args)
 {
     Py_buffer view;
-    PyObject *cache, *out = NULL, *const *cached;
-    Py_ssize_t n, i, n_cached;
+    PyObject *cache, *out = NULL;
+    Py_ssize_t n, i;
+    refs r;
     (void)self;
     if (!PyArg_ParseTuple(args, "y*O", &view, &cache))
         return NULL;
@@ -178,26 +254,27 @@ static PyObject *ids_from_le_bytes(PyObject *self, PyObject *args)
         return NULL;
     }
     n = view.len / 4;
-    cached = ((PyListObject *)cache)->ob_item;
-    n_cached = PyList_GET_SIZE(cache);
-    if ((out = PyList_New(n)) != NULL) {
+    if (refs_init(&r, cache, (size_t)n) == 0 && (out = PyList_New(n)) != NULL) {
         const unsigned char *p = view.buf;
         for (i = 0; i < n; i++, p += 4) {
             uint32_t id;
             PyObject *o;
-            if (i + 2 * AHEAD < n && (Py_ssize_t)(id = le32_at(p + 8 * AHEAD)) < n_cached)
-                PREFETCH_READ(&cached[id]);
-            if (i + AHEAD < n && (Py_ssize_t)(id = le32_at(p + 4 * AHEAD)) < n_cached)
-                PREFETCH_WRITE(cached[id]);
-            if ((o = id_object(le32_at(p), cached, n_cached)) == NULL) {
-                Py_CLEAR(out);
+            if (i + 2 * AHEAD < n && (Py_ssize_t)(id = le32_at(p + 8 * AHEAD)) < r.n_cached)
+                PREFETCH_READ(&r.cached[id]);
+            if (r.count == NULL && i + AHEAD < n &&
+                (Py_ssize_t)(id = le32_at(p + 4 * AHEAD)) < r.n_cached)
+                PREFETCH_WRITE(r.cached[id]);
+            if ((o = id_object(&r, le32_at(p))) == NULL)
                 break;
-            }
             PyList_SET_ITEM(out, i, o);
         }
-        if (out != NULL)
+        refs_apply(&r);         /* before the list can go: see refs */
+        if (i < n)
+            Py_CLEAR(out);
+        else
             PyObject_GC_UnTrack(out);
     }
+    refs_apply(&r);
     PyBuffer_Release(&view);
     return out;
 }
