@@ -42,6 +42,12 @@ def ids_from_le_bytes(data) -> list:
     return _idlist.ids_from_le_bytes(data, _CACHE)
 
 
+def ascii_address(text) -> int:
+    """The address of an exact str's characters when they are all ASCII (then they are its
+    UTF-8), else 0; 0 as well without the helper.  Valid while the caller holds text."""
+    return _idlist.ascii_address(text) if FAST else 0
+
+
 def join_utf8(texts: list):
     """(the UTF-8 of the texts end to end, bytes holding the size_t end of each), or None when
     some item is not exactly a str or holds a surrogate (the caller's slower path then

@@ -723,22 +723,34 @@ class Tokenizer:
         emitted as its id (the longest where two start at the same place); one in
         disallowed_special ("all": every special token not allowed) raises ValueError; any
         other is encoded as text."""
-        data = _utf8(text)
         if (allowed_special == "all" and disallowed_special == ()) or (
                 allowed_special == "all" and not disallowed_special):
             mode = self._all_mode
         else:
             mode = self._mode_for(allowed_special, disallowed_special)
+        return self._encode_text(text, mode)
+
+    def _encode_text(self, text, mode) -> list:
+        """The ids of a str (mode: a special-token mode array, or ffi.NULL for none).  An
+        all-ASCII str is read in place, its characters being its UTF-8; any other is encoded
+        to UTF-8 first."""
+        if not self._py_path:
+            address = _idcache.ascii_address(text)
+            if address:
+                return self._encode_c(ffi.cast("const uint8_t *", address), mode, len(text))
+        data = _utf8(text)
         if self._py_path:
             return self._encode_py(data, mode)
         return self._encode_c(data, mode)
 
-    def _encode_c(self, data: bytes, mode) -> list:
-        """The ids of UTF-8 data by the C pre-tokenizer and encoder (mode: a special-token
-        mode array, or ffi.NULL for none)."""
+    def _encode_c(self, data, mode, size=None) -> list:
+        """The ids of UTF-8 data (bytes, or a pointer to `size` bytes that the caller keeps
+        alive) by the C pre-tokenizer and encoder (mode: a special-token mode array, or
+        ffi.NULL for none)."""
         out = ffi.new("bpe_ids *")
         info = ffi.new("size_t *")
-        rc = lib.bpe_encode(self._handle(), data, len(data), mode, out, info)
+        rc = lib.bpe_encode(self._handle(), data, len(data) if size is None else size, mode,
+                            out, info)
         try:
             if rc:
                 self._raise_encode(rc, info[0])
@@ -748,10 +760,7 @@ class Tokenizer:
 
     def encode_ordinary(self, text) -> list:
         """Token ids of `text`, special tokens treated as ordinary text."""
-        data = _utf8(text)
-        if self._py_path:
-            return self._encode_py(data, ffi.NULL)
-        return self._encode_c(data, ffi.NULL)
+        return self._encode_text(text, ffi.NULL)
 
     def __call__(self, text):
         return self.encode(text)

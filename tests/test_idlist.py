@@ -337,3 +337,26 @@ def test_pack_batch_reply_is_what_msgpack_packs():
         pack(b"\x01", addr, int(ffi.cast("uintptr_t", back)), 0, 2)
     with pytest.raises(ValueError):
         pack(b"\x01", addr, eaddr, -1, 2)
+
+
+def test_ascii_text_is_read_in_place_and_only_ascii():
+    """encode reads an all-ASCII str where it lies (its characters are its UTF-8); a str of
+    one-byte characters that are not all ASCII (Latin-1: 'é' is one byte in the str, two in
+    UTF-8) must not be, nor a str subclass or anything else."""
+    ascii_text = "plain ASCII text, with digits 12345 and\ttabs\n" * 200
+    assert _idcache.ascii_address(ascii_text) != 0
+    assert _idcache.ascii_address("") != 0
+    for other in ["café", "\x80", "漢字", "🎉", b"bytes", 42, None]:
+        assert _idcache.ascii_address(other) == 0, other
+
+    class Sub(str):
+        pass
+
+    assert _idcache.ascii_address(Sub("abc")) == 0
+    tok = ours("cl100k_base")
+    for text in [ascii_text, "", "a", "café au lait " * 50, "naïve " * 1000 + "end",
+                 "x" * 100_000 + "<|endoftext|>" + "y" * 10]:
+        want = tok.encode(Sub(text))                 # the copying path
+        assert tok.encode(text) == want
+        assert tok.encode_ordinary(text) == tok.encode_ordinary(Sub(text))
+        assert tok.encode(text) == tok.encode_batch([text])[0]

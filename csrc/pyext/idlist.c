@@ -719,8 +719,27 @@ static PyObject *join_utf8(PyObject *self, PyObject *texts)
     return join_items(texts, str_utf8_length, write_utf8);
 }
 
+/* ascii_address(text) -> the address of text's characters when text is an exact str of
+ * ASCII only (CPython stores those one byte per character, which is their UTF-8), else 0.
+ * The caller encodes straight from there instead of copying the text into a bytes object;
+ * it holds `text` for as long as it reads the address (a str never changes or moves). */
+static PyObject *ascii_address(PyObject *self, PyObject *text)
+{
+    (void)self;
+    if (!PyUnicode_CheckExact(text))
+        return PyLong_FromLong(0);
+#if PY_VERSION_HEX < 0x030C0000
+    if (!PyUnicode_IS_READY(text))   /* a legacy str not laid out yet (gone in 3.12) */
+        return PyLong_FromLong(0);
+#endif
+    if (PyUnicode_IS_ASCII(text))
+        return PyLong_FromVoidPtr(PyUnicode_DATA(text));
+    return PyLong_FromLong(0);
+}
+
 static PyMethodDef methods[] = {
     {"join_utf8", join_utf8, METH_O, "join_utf8(list of str) -> (bytes, size_t ends) or None"},
+    {"ascii_address", ascii_address, METH_O, "ascii_address(str) -> address of ASCII text or 0"},
     {"ids_list", ids_list, METH_VARARGS, "ids_list(address, n, cache) -> list"},
     {"ids_lists", ids_lists, METH_VARARGS,
      "ids_lists(address, ends_address, n_texts, cache) -> list of lists"},
