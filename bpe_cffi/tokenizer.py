@@ -825,12 +825,22 @@ class Tokenizer:
             return []
         if self._py_path:
             return [self._encode_py(_utf8(t), mode) for t in texts]
-        # The texts go in as one joined buffer; C encodes groups of them on worker threads
-        # while this thread turns the groups already done into lists (bpe_batch_next), so the
-        # int-making, which needs the GIL, overlaps the encoding instead of following it.
-        joined, ends = _join_utf8(texts)
+        # C encodes groups of the texts on worker threads while this thread turns the groups
+        # already done into lists (bpe_batch_next), so the int-making, which needs the GIL,
+        # overlaps the encoding instead of following it.  C reads ASCII strs where they lie and
+        # the other texts' UTF-8 from `side`: texts and side stay referenced here until the
+        # job is finished.
+        views = _idcache.text_views(texts)
+        if views is not None:
+            side, starts, ends = views
+            joined, starts = ffi.NULL, ffi.from_buffer("uint8_t *[]", starts)
+            ends = ffi.from_buffer("size_t[]", ends)
+        else:
+            joined, ends = _join_utf8(texts)
+            starts = ffi.NULL
         job_p = ffi.new("bpe_batch_job **")
-        rc = lib.bpe_batch_start(self._handle(), n, joined, ends, mode, num_threads, job_p)
+        rc = lib.bpe_batch_start(self._handle(), n, joined, starts, ends, mode, num_threads,
+                                 job_p)
         if rc:
             raise_for(rc, "encode_batch")
         job = job_p[0]

@@ -17,7 +17,8 @@
  * first is published, the other is thrown away.  That wastes at most a group per worker and
  * bounds the wait for a descheduled worker by the time to encode one group.
  *
- * Data structure.  The texts, laid end to end as for bpe_encode_batch_flat, are cut into
+ * Data structure.  The texts, laid end to end as for bpe_encode_batch_flat (or each where it
+ * lies, given by `starts`: Python's ASCII strs are read in place), are cut into
  * groups of consecutive whole texts of about GROUP_BYTES each.  Groups are claimed in
  * increasing order from one atomic counter (next_claim), by workers and by the caller alike.
  * An encoder works into its own buffers and then publishes them into the group; `finished`
@@ -66,7 +67,9 @@ typedef struct group {
 struct bpe_batch_job {
     const bpe_tokenizer *tok;
     const uint8_t *data;         /* the texts, end to end (the caller keeps them alive) */
-    const size_t *ends;          /* end of each text in data */
+    const uint8_t *const *starts;   /* or, when not NULL, where each text starts (data
+                                       unused) */
+    const size_t *ends;          /* end of each text in data: running total of the lengths */
     const uint8_t *mode;         /* special_mode */
     size_t n_groups;
     group *groups;
@@ -120,6 +123,12 @@ static void publish(bpe_batch_job *job, group *g, bpe_ids *ids, size_t *id_ends,
         __atomic_store_n(&job->stop, 1, __ATOMIC_RELEASE);
 }
 
+/* The first byte of text i, which starts at offset `start` of the texts laid end to end. */
+static const uint8_t *text_at(const bpe_batch_job *job, size_t i, size_t start)
+{
+    return job->starts != NULL ? job->starts[i] : job->data + start;
+}
+
 /* Encodes every text of group g with the work area w into fresh buffers and publishes them. */
 static void encode_group(bpe_batch_job *job, bpe_work *w, group *g)
 {
@@ -130,7 +139,7 @@ static void encode_group(bpe_batch_job *job, bpe_work *w, group *g)
         size_t i = g->first + k, start = text_start(job, i);
         size_t len = job->ends[i] - start;
         if (len)
-            rc = bpe_encode_work(job->tok, w, job->data + start, len, job->mode, &ids,
+            rc = bpe_encode_work(job->tok, w, text_at(job, i, start), len, job->mode, &ids,
                                  &info, &job->cancel);
         if (rc != BPE_OK)
             bad = i;
@@ -210,15 +219,15 @@ static void start_workers(bpe_batch_job *job, int n_threads, size_t total_bytes)
 }
 
 int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
-                    const size_t *ends, const uint8_t *special_mode, int n_threads,
-                    bpe_batch_job **out)
+                    const uint8_t *const *starts, const size_t *ends,
+                    const uint8_t *special_mode, int n_threads, bpe_batch_job **out)
 {
     bpe_batch_job *job;
     int rc;
     if (out == NULL)
         return BPE_ERR_ARG;
     *out = NULL;
-    if (tok == NULL || (n && (data == NULL || ends == NULL)))
+    if (tok == NULL || (n && ((data == NULL && starts == NULL) || ends == NULL)))
         return BPE_ERR_ARG;
     if (tok->pattern == BPE_PATTERN_EXTERNAL)
         return BPE_ERR_ARG;
@@ -228,6 +237,7 @@ int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
         return BPE_ERR_NOMEM;
     job->tok = tok;
     job->data = data;
+    job->starts = starts;
     job->ends = ends;
     job->mode = special_mode;
     job->first_failed = NONE;

@@ -185,8 +185,9 @@ int bpe_encode_batch_flat(const bpe_tokenizer *tok, size_t n, const uint8_t *dat
                           bpe_ids *out, size_t *out_ends, size_t *info);
 
 /* A batch collected while it is encoded (batch_stream.c): bpe_batch_start cuts the texts
- * (laid end to end as for bpe_encode_batch_flat; data and ends must stay alive and unchanged
- * until bpe_batch_finish) into groups of consecutive texts and starts n_threads - 1 worker
+ * (laid end to end as for bpe_encode_batch_flat, or, when starts is not NULL, text i at
+ * starts[i], of ends[i] - ends[i - 1] bytes, and data unused; whatever is given must stay
+ * alive and unchanged until bpe_batch_finish) into groups of consecutive texts and starts n_threads - 1 worker
  * threads (0: one per core, fewer for small batches).  Each bpe_batch_next returns a
  * finished group, in the order groups finish (NOT input order: place them by *first): its
  * texts first .. first + count - 1, their ids back to back in *ids, and the end of each
@@ -200,8 +201,8 @@ int bpe_encode_batch_flat(const bpe_tokenizer *tok, size_t n, const uint8_t *dat
 typedef struct bpe_batch_job bpe_batch_job;
 
 int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
-                    const size_t *ends, const uint8_t *special_mode, int n_threads,
-                    bpe_batch_job **out);
+                    const uint8_t *const *starts, const size_t *ends,
+                    const uint8_t *special_mode, int n_threads, bpe_batch_job **out);
 int bpe_batch_next(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
                    const size_t **id_ends, size_t *info);
 void bpe_batch_finish(bpe_batch_job *job);

@@ -116,16 +116,16 @@ static int run(int rule)
             memcpy(joined + k * tl, text, tl);
             ends[k] = (k + 1) * tl;
         }
-        CHECK(bpe_batch_start(tok, n, joined, ends, mode, 3, &job) == BPE_OK);
+        CHECK(bpe_batch_start(tok, n, joined, NULL, ends, mode, 3, &job) == BPE_OK);
         while (bpe_batch_next(job, &first, &count, &ids, &id_ends, &info) == BPE_OK && count)
             total += count;
         CHECK(total == n);
         bpe_batch_finish(job);
-        CHECK(bpe_batch_start(tok, n, joined, ends, mode, 3, &job) == BPE_OK);
+        CHECK(bpe_batch_start(tok, n, joined, NULL, ends, mode, 3, &job) == BPE_OK);
         CHECK(bpe_batch_next(job, &first, &count, &ids, &id_ends, &info) == BPE_OK && count);
         bpe_batch_finish(job);                     /* workers still running */
         mode[0] = BPE_SPECIAL_DISALLOWED;
-        CHECK(bpe_batch_start(tok, n, joined, ends, mode, 3, &job) == BPE_OK);
+        CHECK(bpe_batch_start(tok, n, joined, NULL, ends, mode, 3, &job) == BPE_OK);
         while (bpe_batch_next(job, &first, &count, &ids, &id_ends, &info) == BPE_OK && count)
             ;
         CHECK(info == 0);

@@ -717,14 +717,18 @@ def test_flat_batch_errors_leave_the_output_alone():
     lib.bpe_ids_free(out)
 
 
-def job_batch(tok, texts, mode=None, n_threads=2, stop_after=None):
+def job_batch(tok, texts, mode=None, n_threads=2, stop_after=None, scattered=False):
     """bpe_batch_start/next/finish: (per-text id lists, rc, info).  stop_after: finish the
-    job after that many groups (an early exit) and return what was collected."""
-    data = b"".join(texts)
+    job after that many groups (an early exit) and return what was collected.  scattered:
+    each text in its own buffer, given by `starts`, instead of all end to end."""
+    data, starts = b"".join(texts), ffi.NULL
+    if scattered:
+        buffers = [ffi.new("uint8_t[]", t) for t in texts]   # kept alive until the end
+        data, starts = ffi.NULL, ffi.new("uint8_t *[]", buffers)
     ends = ffi.new("size_t[]", [sum(map(len, texts[:i + 1])) for i in range(len(texts))])
     cmode = ffi.new("uint8_t[]", mode) if mode else ffi.NULL
     job_p = ffi.new("bpe_batch_job **")
-    rc = lib.bpe_batch_start(tok.ptr, len(texts), data, ends, cmode, n_threads, job_p)
+    rc = lib.bpe_batch_start(tok.ptr, len(texts), data, starts, ends, cmode, n_threads, job_p)
     if rc:
         return [], rc, None
     first, count = ffi.new("size_t *"), ffi.new("size_t *")
@@ -758,6 +762,9 @@ def test_job_batch_equals_single():
     expect = [tok.encode(t) for t in texts]
     for n_threads in [0, 1, 2, 5, 2, 3, 5]:   # repeated: groups finish in varied orders,
         assert job_batch(tok, texts, n_threads=n_threads) == (expect, lib.BPE_OK, None)
+    for n_threads in [1, 2, 3]:               # each text where it lies
+        assert job_batch(tok, texts, n_threads=n_threads, scattered=True) == \
+            (expect, lib.BPE_OK, None)
     slow_tail = corpus_texts(200, 2000) + [b"x" * 300_000, b"y" * 300_000]
     for n_threads in [2, 3]:                  # workers busy at the end: the caller re-encodes
         assert job_batch(tok, slow_tail, n_threads=n_threads)[0] == \
@@ -795,11 +802,14 @@ def test_job_batch_early_finish_and_bad_arguments():
         assert all(x == tok.encode(texts[i]) for i, x in got)
     job_p = ffi.new("bpe_batch_job **")
     ends = ffi.new("size_t[]", [4, 2])             # decreasing ends
-    assert lib.bpe_batch_start(tok.ptr, 2, b"abcd", ends, ffi.NULL, 2, job_p) == \
+    assert lib.bpe_batch_start(tok.ptr, 2, b"abcd", ffi.NULL, ends, ffi.NULL, 2, job_p) == \
         lib.BPE_ERR_ARG
     assert job_p[0] == ffi.NULL
-    assert lib.bpe_batch_start(tok.ptr, 1, b"abcd", ends, ffi.new("uint8_t[]", [7]), 2,
-                               job_p) == lib.BPE_ERR_ARG
+    assert lib.bpe_batch_start(tok.ptr, 1, b"abcd", ffi.NULL, ends, ffi.new("uint8_t[]", [7]),
+                               2, job_p) == lib.BPE_ERR_ARG
+    ends = ffi.new("size_t[]", [2, 4])
+    assert lib.bpe_batch_start(tok.ptr, 2, ffi.NULL, ffi.NULL, ends, ffi.NULL, 2, job_p) == \
+        lib.BPE_ERR_ARG                            # neither data nor starts
     lib.bpe_batch_finish(ffi.NULL)
 
 

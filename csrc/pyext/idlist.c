@@ -719,6 +719,69 @@ static PyObject *join_utf8(PyObject *self, PyObject *texts)
     return join_items(texts, str_utf8_length, write_utf8);
 }
 
+/* text_views(texts) -> (side, starts, ends) or None: where the UTF-8 of each str of the list
+ * texts lies, for a batch encode that reads it in place.  An exact str of ASCII only is its
+ * own UTF-8 and is pointed to where it is; the UTF-8 of every other str is written into
+ * `side` (bytes).  starts: a bytes object of len(texts) pointers, the first byte of each
+ * text; ends: len(texts) size_t values, the running total of their lengths (as join_utf8's
+ * ends).  The pointers are valid while the caller holds texts and side.  None as join_utf8:
+ * for an item that is not exactly a str or holds a surrogate.  Unlike join_utf8, nothing is
+ * copied for ASCII texts, and their length is known without reading them. */
+static PyObject *text_views(PyObject *self, PyObject *texts)
+{
+    Py_ssize_t n, k, total = 0, side_total = 0;
+    PyObject *side, *starts_obj, *ends_obj, *result;
+    const char **starts;
+    size_t *ends;
+    char *out, *limit;
+    (void)self;
+    if (!PyList_CheckExact(texts)) {
+        PyErr_SetString(PyExc_TypeError, "texts must be a list");
+        return NULL;
+    }
+    n = PyList_GET_SIZE(texts);
+    if ((ends_obj = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(size_t))) == NULL)
+        return NULL;
+    ends = (size_t *)PyBytes_AS_STRING(ends_obj);
+    for (k = 0; k < n; k++) {
+        PyObject *t = PyList_GET_ITEM(texts, k);
+        Py_ssize_t len = str_utf8_length(t);
+        if (len < 0 || total > PY_SSIZE_T_MAX - len) {
+            Py_DECREF(ends_obj);
+            Py_RETURN_NONE;
+        }
+        total += len;
+        ends[k] = (size_t)total;
+        if (!PyUnicode_IS_ASCII(t))
+            side_total += len;
+    }
+    side = PyBytes_FromStringAndSize(NULL, side_total);
+    starts_obj = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(char *));
+    if (side == NULL || starts_obj == NULL) {
+        Py_XDECREF(side);
+        Py_XDECREF(starts_obj);
+        Py_DECREF(ends_obj);
+        return NULL;
+    }
+    starts = (const char **)PyBytes_AS_STRING(starts_obj);
+    out = PyBytes_AS_STRING(side);
+    limit = out + side_total;
+    for (k = 0; k < n; k++) {         /* the list cannot change: the GIL is held throughout */
+        PyObject *t = PyList_GET_ITEM(texts, k);
+        if (PyUnicode_IS_ASCII(t)) {
+            starts[k] = PyUnicode_DATA(t);
+        } else {
+            starts[k] = out;
+            out = write_utf8(t, out, limit);
+        }
+    }
+    result = PyTuple_Pack(3, side, starts_obj, ends_obj);
+    Py_DECREF(side);
+    Py_DECREF(starts_obj);
+    Py_DECREF(ends_obj);
+    return result;
+}
+
 /* ascii_address(text) -> the address of text's characters when text is an exact str of
  * ASCII only (CPython stores those one byte per character, which is their UTF-8), else 0.
  * The caller encodes straight from there instead of copying the text into a bytes object;
@@ -740,6 +803,8 @@ static PyObject *ascii_address(PyObject *self, PyObject *text)
 static PyMethodDef methods[] = {
     {"join_utf8", join_utf8, METH_O, "join_utf8(list of str) -> (bytes, size_t ends) or None"},
     {"ascii_address", ascii_address, METH_O, "ascii_address(str) -> address of ASCII text or 0"},
+    {"text_views", text_views, METH_O,
+     "text_views(list of str) -> (side bytes, starts, ends) or None"},
     {"ids_list", ids_list, METH_VARARGS, "ids_list(address, n, cache) -> list"},
     {"ids_lists", ids_lists, METH_VARARGS,
      "ids_lists(address, ends_address, n_texts, cache) -> list of lists"},
