@@ -1,16 +1,17 @@
 """Daemon throughput and latency against in-process encode_batch, in one run.
 
-    python benchmarks/bench_daemon.py [--docs 4000] [--clients 1,4,16] [--workers N]
+    python benchmarks/bench_daemon.py [--docs 16000] [--clients 1,4,16] [--workers N]
 
 Starts a real daemon process on a free loopback port, then for 1, 4 and 16 client processes
 (each a bpe_cffi.daemon.Client pipelining `--window` requests of one 4 KB document each)
 measures documents/s and MB/s, and per-request round-trip latency (p50/p99) with the same
 number of clients sending one request at a time.  The baseline is Tokenizer.encode_batch of
 the same documents in this process (all cores).  Also: p50/p99 of a single small request at
-light load (one client, one request at a time), and 16 clients sending 16 documents per
-request (stream with batch=16: encode_batch requests over the wire).  Every daemon reply of the throughput runs is checked
-against the in-process ids.  Numbers on a shared machine are noisy: read the RATIOS.
-Clients pipeline with Client.stream(docs, window=8, batch=k): k documents per request.
+light load (one client, one request at a time), and 16 clients sending 16 or 64 documents per
+request (stream with batch=k: encode_batch requests over the wire; --batches).  Every daemon
+reply of the throughput runs is checked against the in-process ids.  Numbers on a shared
+machine are noisy: read the RATIOS.  Clients pipeline with Client.stream(docs, window=8,
+batch=k): k documents per request.
 """
 import argparse
 import multiprocessing as mp
@@ -150,13 +151,17 @@ def pct(lat, p):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--vocab", default=None, help="tokenizer file (default cl100k_base)")
-    ap.add_argument("--docs", type=int, default=4000)
+    ap.add_argument("--docs", type=int, default=16000,
+                    help="4 KB documents per run (fewer: shorter rows, noisier ratios)")
     ap.add_argument("--doc-bytes", type=int, default=4096)
     ap.add_argument("--clients", default="1,4,16")
     ap.add_argument("--window", type=int, default=8)
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--latency-requests", type=int, default=1000)
     ap.add_argument("--loader", default=None)
+    ap.add_argument("--batches", default="1,16,64",
+                    help="documents per request tried with the largest client count "
+                         "(the smaller counts send one document per request)")
     args = ap.parse_args()
 
     vocab = args.vocab or str(find_shared() / "vocab" / "cl100k_base.tiktoken")
@@ -209,7 +214,8 @@ def main():
         print(f"single small request, light load: p50 {pct(lat, 50):.3f} ms  "
               f"p99 {pct(lat, 99):.3f} ms")
         for n in [int(x) for x in args.clients.split(",")]:
-            for batch in ([1, 16] if n == max(int(x) for x in args.clients.split(",")) else [1]):
+            most = n == max(int(x) for x in args.clients.split(","))
+            for batch in ([int(b) for b in args.batches.split(",")] if most else [1]):
                 base, base_cpu = baseline()      # measured next to each row: the machine
                 d0 = proc_cpu(proc.pid)             # is shared, so only ratios mean much
                 dt, _, wrong, ccpu = run_clients(endpoint, docs, n, "throughput",
