@@ -100,7 +100,7 @@ def test_references_are_counted_in_bulk_for_long_results():
     _idcache.reserve(1000)
     values = (300, 555, 777, 999)                     # not CPython's shared small ints
     probes = [_idcache._CACHE[i] for i in values]
-    n = max(8192, len(_idcache._CACHE) // 2)          # long enough to be counted in bulk
+    n = max(8192, len(_idcache._CACHE))               # long enough to be counted in bulk
     ids = [300 + (i * 7919) % 700 for i in range(n)] + [_idcache.MAX_CACHED + 3, 2 ** 32 - 1]
     want = {id(p): ids.count(x) for p, x in zip(probes, values)}
     buf = ffi.new("uint32_t[]", ids)
@@ -126,9 +126,9 @@ def test_references_are_counted_in_bulk_for_long_results():
     check(3)
     del one, parts, packed
     check(0)
-    back = ffi.new("size_t[]", [n // 2, n, 10])       # fails after two lists were made
+    back = ffi.new("size_t[]", [n // 2, n, 10, len(ids)])   # fails after two lists
     with pytest.raises(ValueError, match="backwards"):
-        T._split_ids(buf, back, 3)
+        T._split_ids(buf, back, 4)
     check(0)
 
 

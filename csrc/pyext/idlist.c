@@ -59,17 +59,16 @@ typedef struct refs {
                                   references are taken one by one */
 } refs;
 
-/* Counting pays once the ids are at least this fraction of the cache's size: the final
- * pass reads every count. */
-#define COUNT_MIN_RATIO 4
+/* Counting pays once there are at least as many ids as cached ints: zeroing the counts and
+ * the final pass over them cost about one step per cached int.  (One 64 KB batch group, 16K
+ * ids against gpt2's 50K ints, took 206 us counted against 130 us one by one.) */
 
 static int refs_init(refs *r, PyObject *cache, size_t n_ids)
 {
     r->cached = ((PyListObject *)cache)->ob_item;
     r->n_cached = PyList_GET_SIZE(cache);
     r->count = NULL;
-    if (r->n_cached > 0 && n_ids >= (size_t)r->n_cached / COUNT_MIN_RATIO &&
-        n_ids >= 4096) {
+    if (r->n_cached > 0 && n_ids >= (size_t)r->n_cached && n_ids >= 4096) {
         r->count = PyMem_Calloc((size_t)r->n_cached, sizeof *r->count);
         if (r->count == NULL) {
             PyErr_NoMemory();
