@@ -327,38 +327,63 @@ static int utf8_well_formed(const unsigned char *p, Py_ssize_t n)
 typedef Py_ssize_t (*item_length_fn)(PyObject *item);
 typedef char *(*item_write_fn)(PyObject *item, char *out, const char *limit);
 
+/* The running total of length(item) over the list texts, as a new bytes object of
+ * len(texts) size_t values in *ends_out.  Returns 1 when done; 0 (and no object) when an
+ * item's length is -1 or the total would overflow; -1 with an exception when texts is not a
+ * list or memory runs out. */
+static int running_ends(PyObject *texts, item_length_fn length, PyObject **ends_out)
+{
+    Py_ssize_t n, k, total = 0;
+    size_t *ends;
+    *ends_out = NULL;
+    if (!PyList_CheckExact(texts)) {
+        PyErr_SetString(PyExc_TypeError, "texts must be a list");
+        return -1;
+    }
+    n = PyList_GET_SIZE(texts);
+    if ((*ends_out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(size_t))) == NULL)
+        return -1;
+    ends = (size_t *)PyBytes_AS_STRING(*ends_out);
+    for (k = 0; k < n; k++) {
+        Py_ssize_t len = length(PyList_GET_ITEM(texts, k));
+        if (len < 0 || total > PY_SSIZE_T_MAX - len) {
+            Py_CLEAR(*ends_out);
+            return 0;
+        }
+        total += len;
+        ends[k] = (size_t)total;
+    }
+    return 1;
+}
+
+/* The last of n running ends (0 when n is 0). */
+static Py_ssize_t total_of(PyObject *ends_obj)
+{
+    Py_ssize_t n = PyBytes_GET_SIZE(ends_obj) / (Py_ssize_t)sizeof(size_t);
+    return n ? (Py_ssize_t)((const size_t *)PyBytes_AS_STRING(ends_obj))[n - 1] : 0;
+}
+
 /* (joined, ends) for the list texts, or None when an item's length is -1: one pass to size,
  * one to write, no object per item.  ends is a bytes object of len(texts) size_t values, the
  * end of each item's bytes in joined.  The shared body of join_utf8 and join_utf8_bytes. */
 static PyObject *join_items(PyObject *texts, item_length_fn length, item_write_fn write)
 {
-    Py_ssize_t n, k, total = 0;
+    Py_ssize_t k, total;
     PyObject *joined, *ends_obj, *result;
-    size_t *ends;
     char *out;
-    if (!PyList_CheckExact(texts)) {
-        PyErr_SetString(PyExc_TypeError, "texts must be a list");
-        return NULL;
+    int got = running_ends(texts, length, &ends_obj);
+    if (got <= 0) {
+        if (got < 0)
+            return NULL;
+        Py_RETURN_NONE;
     }
-    n = PyList_GET_SIZE(texts);
-    if ((ends_obj = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(size_t))) == NULL)
-        return NULL;
-    ends = (size_t *)PyBytes_AS_STRING(ends_obj);
-    for (k = 0; k < n; k++) {
-        Py_ssize_t len = length(PyList_GET_ITEM(texts, k));
-        if (len < 0 || total > PY_SSIZE_T_MAX - len) {
-            Py_DECREF(ends_obj);
-            Py_RETURN_NONE;
-        }
-        total += len;
-        ends[k] = (size_t)total;
-    }
+    total = total_of(ends_obj);
     if ((joined = PyBytes_FromStringAndSize(NULL, total)) == NULL) {
         Py_DECREF(ends_obj);
         return NULL;
     }
     out = PyBytes_AS_STRING(joined);
-    for (k = 0; k < n; k++)           /* the list cannot change: the GIL is held throughout */
+    for (k = 0; k < PyList_GET_SIZE(texts); k++)   /* the GIL is held: the list cannot change */
         out = write(PyList_GET_ITEM(texts, k), out, PyBytes_AS_STRING(joined) + total);
     result = PyTuple_Pack(2, joined, ends_obj);
     Py_DECREF(joined);
@@ -728,32 +753,23 @@ static PyObject *join_utf8(PyObject *self, PyObject *texts)
  * copied for ASCII texts, and their length is known without reading them. */
 static PyObject *text_views(PyObject *self, PyObject *texts)
 {
-    Py_ssize_t n, k, total = 0, side_total = 0;
+    Py_ssize_t n, k, side_total = 0;
     PyObject *side, *starts_obj, *ends_obj, *result;
     const char **starts;
-    size_t *ends;
+    const size_t *ends;
     char *out, *limit;
+    int got = running_ends(texts, str_utf8_length, &ends_obj);
     (void)self;
-    if (!PyList_CheckExact(texts)) {
-        PyErr_SetString(PyExc_TypeError, "texts must be a list");
-        return NULL;
+    if (got <= 0) {
+        if (got < 0)
+            return NULL;
+        Py_RETURN_NONE;
     }
     n = PyList_GET_SIZE(texts);
-    if ((ends_obj = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(size_t))) == NULL)
-        return NULL;
-    ends = (size_t *)PyBytes_AS_STRING(ends_obj);
-    for (k = 0; k < n; k++) {
-        PyObject *t = PyList_GET_ITEM(texts, k);
-        Py_ssize_t len = str_utf8_length(t);
-        if (len < 0 || total > PY_SSIZE_T_MAX - len) {
-            Py_DECREF(ends_obj);
-            Py_RETURN_NONE;
-        }
-        total += len;
-        ends[k] = (size_t)total;
-        if (!PyUnicode_IS_ASCII(t))
-            side_total += len;
-    }
+    ends = (const size_t *)PyBytes_AS_STRING(ends_obj);
+    for (k = 0; k < n; k++)
+        if (!PyUnicode_IS_ASCII(PyList_GET_ITEM(texts, k)))
+            side_total += (Py_ssize_t)(ends[k] - (k ? ends[k - 1] : 0));
     side = PyBytes_FromStringAndSize(NULL, side_total);
     starts_obj = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(char *));
     if (side == NULL || starts_obj == NULL) {
