@@ -342,7 +342,8 @@ def test_pack_batch_reply_is_what_msgpack_packs():
 def test_ascii_text_is_read_in_place_and_only_ascii():
     """encode reads an all-ASCII str where it lies (its characters are its UTF-8); a str of
     one-byte characters that are not all ASCII (Latin-1: 'é' is one byte in the str, two in
-    UTF-8) must not be, nor a str subclass or anything else."""
+    UTF-8) must not be, nor a str subclass or anything else.  A long non-ASCII str is written
+    to UTF-8 by the helper; with a lone surrogate, by the str path (U+FFFD, as tiktoken)."""
     ascii_text = "plain ASCII text, with digits 12345 and\ttabs\n" * 200
     assert _idcache.ascii_address(ascii_text) != 0
     assert _idcache.ascii_address("") != 0
@@ -355,7 +356,9 @@ def test_ascii_text_is_read_in_place_and_only_ascii():
     assert _idcache.ascii_address(Sub("abc")) == 0
     tok = ours("cl100k_base")
     for text in [ascii_text, "", "a", "café au lait " * 50, "naïve " * 1000 + "end",
-                 "x" * 100_000 + "<|endoftext|>" + "y" * 10]:
+                 "x" * 100_000 + "<|endoftext|>" + "y" * 10,
+                 "漢字とかな、Ελληνικά, русский 🎉 " * 500 + "<|endoftext|>é",   # long: helper
+                 "lone \ud800 surrogate " * 500]:                     # long: str path
         want = tok.encode(Sub(text))                 # the copying path
         assert tok.encode(text) == want
         assert tok.encode_ordinary(text) == tok.encode_ordinary(Sub(text))
