@@ -132,6 +132,12 @@ def _join_utf8(texts: list):
     got = _idcache.join_utf8(texts)
     if got is not None:
         return got[0], ffi.from_buffer("size_t[]", got[1])
+    return _join_utf8_py(texts)
+
+
+def _join_utf8_py(texts: list):
+    """_join_utf8 text by text: for the texts the C helper leaves to Python (a surrogate, a
+    str subclass, not a str: _utf8 converts or raises)."""
     datas = [_utf8(t) for t in texts]
     return b"".join(datas), size_t_array(itertools.accumulate(map(len, datas)))
 
@@ -844,8 +850,8 @@ class Tokenizer:
             side, starts, ends = views
             joined, starts = ffi.NULL, ffi.from_buffer("uint8_t *[]", starts)
             ends = ffi.from_buffer("size_t[]", ends)
-        else:
-            joined, ends = _join_utf8(texts)
+        else:                            # refused by the helper's C join as well
+            joined, ends = _join_utf8_py(texts)
             starts = ffi.NULL
         job_p = ffi.new("bpe_batch_job **")
         rc = lib.bpe_batch_start(self._handle(), n, joined, starts, ends, mode, num_threads,
