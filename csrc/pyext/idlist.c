@@ -148,7 +148,8 @@ static PyObject *ids_list(PyObject *self, PyObject *args)
 {
     unsigned long long address;
     Py_ssize_t n;
-    PyObject *cache;
+    PyObject *cache, *out;
+    refs r;
     (void)self;
     if (!PyArg_ParseTuple(args, "KnO", &address, &n, &cache) || check_cache(cache) < 0)
         return NULL;
@@ -156,15 +157,11 @@ static PyObject *ids_list(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "bad id buffer");
         return NULL;
     }
-    {
-        refs r;
-        PyObject *out;
-        if (refs_init(&r, cache, (size_t)n) < 0)
-            return NULL;
-        out = make_list((const uint32_t *)(uintptr_t)address, n, &r);
-        refs_apply(&r);
-        return out;
-    }
+    if (refs_init(&r, cache, (size_t)n) < 0)
+        return NULL;
+    out = make_list((const uint32_t *)(uintptr_t)address, n, &r);
+    refs_apply(&r);
+    return out;
 }
 
 /* ids_lists(address, ends_address, n_texts, cache) -> n_texts lists: text k's ids are
@@ -240,7 +237,7 @@ static PyObject *ids_from_le_bytes(PyObject *self, PyObject *args)
 {
     Py_buffer view;
     PyObject *cache, *out = NULL;
-    Py_ssize_t n, i;
+    Py_ssize_t n, i = 0;
     refs r;
     (void)self;
     if (!PyArg_ParseTuple(args, "y*O", &view, &cache))
@@ -267,13 +264,12 @@ static PyObject *ids_from_le_bytes(PyObject *self, PyObject *args)
                 break;
             PyList_SET_ITEM(out, i, o);
         }
-        refs_apply(&r);         /* before the list can go: see refs */
-        if (i < n)
-            Py_CLEAR(out);
-        else
-            PyObject_GC_UnTrack(out);
     }
-    refs_apply(&r);
+    refs_apply(&r);             /* before the list can go: see refs */
+    if (out != NULL && i < n)
+        Py_CLEAR(out);
+    else if (out != NULL)
+        PyObject_GC_UnTrack(out);
     PyBuffer_Release(&view);
     return out;
 }
