@@ -674,12 +674,32 @@ class Handler:
                 out.append((r[0], r[1], reply))
         return out
 
+    # Batches of up to this many texts are encoded on the worker that got them (the worker
+    # threads already spread requests over the cores); larger ones use encode_batch's threads.
+    SMALL_BATCH = 64
+
+    def bulk_encoder(self, name, allowed, disallowed, fmt, n_texts):
+        """The fast encoder that answers an encode_batch of n_texts texts with these options
+        in one C call, its reply packed from C's buffer; None unless the options are the
+        default special-token ones with ids as bin, the batch is small (SMALL_BATCH) and the
+        tokenizer has a fast encoder."""
+        if allowed != "all" or disallowed != () or fmt != P.IDS_BIN or \
+                n_texts > self.SMALL_BATCH:
+            return None
+        return self.fast.get(name)
+
+    def all_bins(self, texts):
+        """True when every text is a bin within max_text_bytes (what the Python client
+        sends), which the bulk encoder checks and joins in C."""
+        lim = self.limits.max_text_bytes
+        return all(type(t) is bytes and len(t) <= lim for t in texts)
+
     def plain_batch(self, payload):
         """(req, plain): req is the payload's map (None if it is not one: handle() then
         unpacks it again and reports why); plain is (tokenizer name, request id, texts) when
         the request is an encode_batch that the fast path answers (handle() would give the
-        same reply): the default special-token options, ids as bin, at most 64 texts, every
-        one a bin within max_text_bytes, a tokenizer with a fast encoder; else None."""
+        same reply): within max_batch_texts, with a bulk_encoder, every text a bin
+        (all_bins); else None."""
         try:
             req = msgpack.unpackb(payload, raw=False, **self._unpack_kw)
         except Exception:
@@ -694,11 +714,9 @@ class Handler:
         except Exception:
             return req, None
         texts = req.get("texts")
-        lim = self.limits.max_text_bytes
-        if (self.fast.get(name) is None or allowed != "all" or disallowed != () or
-                fmt != P.IDS_BIN or type(texts) is not list or len(texts) > 64 or
-                len(texts) > self.limits.max_batch_texts or
-                not all(type(t) is bytes and len(t) <= lim for t in texts)):
+        if type(texts) is not list or len(texts) > self.limits.max_batch_texts or \
+                self.bulk_encoder(name, allowed, disallowed, fmt, len(texts)) is None or \
+                not self.all_bins(texts):
             return req, None
         return req, (name, req_id, texts)
 
@@ -840,18 +858,14 @@ class Handler:
         if len(texts) > self.limits.max_batch_texts:
             raise RequestError(P.E_TOO_LARGE, f"more than {self.limits.max_batch_texts} texts")
         name, allowed, disallowed, fmt = opts
-        fast = self.fast.get(name)
-        # small batches: the worker threads already spread requests over the cores
-        fast = fast if len(texts) <= 64 and allowed == "all" and disallowed == () and \
-            fmt == P.IDS_BIN else None
-        lim = self.limits.max_text_bytes
-        if fast is not None and all(type(t) is bytes and len(t) <= lim for t in texts):
+        fast = self.bulk_encoder(name, allowed, disallowed, fmt, len(texts))
+        if fast is not None and self.all_bins(texts):
             # UTF-8 bins (what the Python client sends): checked and joined in C, never
             # decoded to str; one that is not UTF-8 takes the path below, which names it
             got = fast.many_utf8([texts], [req_id])
             if got is not None:
                 return got[0]            # the whole reply, packed
-        short = lim // 4                 # a str this long is within the limit
+        short = self.limits.max_text_bytes // 4      # a str this long is within the limit
         if not all(type(t) is str and len(t) <= short for t in texts):
             texts = [self.text(t, f"texts[{i}]") for i, t in enumerate(texts)]
         tok = self.tokenizers[name]
@@ -859,7 +873,7 @@ class Handler:
             got = fast.many(texts, req_id)
             if got is not None:
                 return got               # the whole reply, packed
-        if len(texts) <= 64 and self.fast.get(name) is not None:
+        if len(texts) <= self.SMALL_BATCH and self.fast.get(name) is not None:
             out = _per_text(lambda t: self.encode_packed(opts, t), texts)
             return {"ids": [x[0] for x in out], "n": [x[1] for x in out]}
         if disallowed == ():
