@@ -115,16 +115,13 @@ def ids_to_bin(ids) -> bytes:
 
 
 _CLIENT_CACHE = 1 << 18
-_cache_reserved = False
 
 
 def bin_to_ids(data: bytes) -> list:
     """Packed uint32 little-endian -> list of ints; ValueError if the length is not 4*n."""
-    global _cache_reserved
     if _idcache.FAST:
-        if not _cache_reserved and len(data) >= 1024:
+        if len(data) >= 1024 and len(_idcache._CACHE) < _CLIENT_CACHE:
             _idcache.reserve(_CLIENT_CACHE)   # once: ints shared by all replies (~10 MB)
-            _cache_reserved = True
         # the C helper raises the same ValueError for a length that is not 4*n
         return _idcache._idlist.ids_from_le_bytes(data, _idcache._CACHE)
     if len(data) % 4:
