@@ -1,7 +1,10 @@
 """Id lists made in C from a shared cache of int objects (csrc/pyext/idlist.c).
 
 `_CACHE[i] is i` for every index: ints are immutable, so every list of ids can hold the same
-objects, and the C helper only takes new references instead of allocating one int per id.
+objects, and the C helper stores pointers to them instead of allocating one int per id.  The
+helper pins the ints it puts here (immortal on Python 3.12+; see "Pinned ints" in idlist.c),
+so lists take them without touching their reference counts; sys.getrefcount of one shows a
+huge number.
 The cache grows (never shrinks) to the largest id limit of the tokenizers built, at most
 MAX_CACHED entries (about 40 bytes each); larger ids are made on the fly.
 
@@ -24,7 +27,10 @@ def reserve(limit: int) -> None:
     """Makes sure ints 0 .. min(limit, MAX_CACHED) - 1 are cached."""
     limit = min(int(limit), MAX_CACHED)
     if len(_CACHE) < limit:
-        _CACHE.extend(range(len(_CACHE), limit))
+        if FAST:        # pinned: see "Pinned ints" in idlist.c
+            _idlist.extend_cache(_CACHE, limit)
+        else:
+            _CACHE.extend(range(len(_CACHE), limit))
 
 
 def ids_list(address: int, n: int) -> list:
@@ -35,6 +41,12 @@ def ids_list(address: int, n: int) -> list:
 def ids_lists(address: int, ends_address: int, n_texts: int) -> list:
     """Lists of ids[ends[k-1]:ends[k]] for k < n_texts (ends: size_t values at ends_address)."""
     return _idlist.ids_lists(address, ends_address, n_texts, _CACHE)
+
+
+def collect_batch(next_address: int, job_address: int, n_texts: int):
+    """(lists of ids of the n_texts texts, 0, 0) or (None, error code, failing text): every
+    group of a started C batch job, taken with the C function at next_address."""
+    return _idlist.collect_batch(next_address, job_address, n_texts, _CACHE)
 
 
 def ids_from_le_bytes(data) -> list:

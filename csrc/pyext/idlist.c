@@ -4,17 +4,19 @@
  *
  * Why it exists.  The encoder itself is the CFFI module (the C files of csrc/), but CFFI can
  * only hand Python a buffer of uint32, and making one int object per id from it
- * (memoryview.tolist, ffi.unpack) allocates every int: about as long as encoding the text.  Python ints are
- * immutable, so one object per id value can be shared by every list: this module builds a
- * list by taking new references to the objects of a cache list (cache[i] is the int i) and
- * only allocates ints for ids beyond the cache.
+ * (memoryview.tolist, ffi.unpack) allocates every int: about as long as encoding the text.
+ * Python ints are immutable, so one object per id value can be shared by every list: this
+ * module builds a list from the objects of a cache list (cache[i] is the int i), pinned so
+ * that taking them costs no reference count (see "Pinned ints"), and only allocates ints
+ * for ids beyond the cache.
  *
  * Data structure and invariants.  `cache` is a Python list owned by bpe_cffi/_idcache.py with
- * cache[i] == i for every index; it only grows.  Every function here runs with the GIL held
- * and reads the cache's length once per call, so growth by another thread between calls is
- * safe.  Ids are read from raw addresses that the caller (bpe_cffi/tokenizer.py) got from C
- * buffers it keeps alive for the duration of the call; this module is private for that
- * reason.
+ * cache[i] == i for every index; it only grows, by extend_cache, and every int in it is
+ * pinned before it is added.  Every function here runs with the GIL held and reads the
+ * cache's items and length once per call (collect_batch: once per group, as it lets the GIL
+ * go while it waits), so growth by another thread in between is safe.  Ids are read from
+ * raw addresses that the caller (bpe_cffi/tokenizer.py) got from C buffers it keeps alive
+ * for the duration of the call; this module is private for that reason.
  *
  * Garbage collection.  A list of ints cannot be part of a reference cycle, yet CPython tracks
  * every list for its cycle collector, which then walks each id list item by item at every
@@ -41,90 +43,129 @@
 #include <emmintrin.h>
 #endif
 
-/* References to the cached ints, taken in bulk.
+/* Pinned ints: references taken without a count.
  *
- * A list of n ids needs n new references.  Taken one by one, each is a write to the int's
- * reference count: a random access into the ~40 bytes * vocabulary of cached ints, most of
- * them cache misses once the vocabulary outgrows L2.  When a call makes many ids at once,
- * it counts instead: count[id]++ lands in an array of 4 bytes per id (several times
- * smaller, and written in place), and at the end of the call each cached int gets all its
- * references in one update.  Between the two, the lists hold references not yet counted in
- * their ints; that is safe because nothing else runs meanwhile (the GIL is held and no
- * Python code is called) and every exit path applies the counts before letting go of any
- * list.  Ids beyond the cache are new ints, owned outright. */
-typedef struct refs {
-    PyObject *const *cached;   /* the cache list's items */
-    Py_ssize_t n_cached;
-    uint32_t *count;           /* count[i]: references to cached[i] not yet applied; NULL:
-                                  references are taken one by one */
-} refs;
-
-/* Counting pays once there are at least as many ids as cached ints: zeroing the counts and
- * the final pass over them cost about one step per cached int.  (One 64 KB batch group, 16K
- * ids against gpt2's 50K ints, took 206 us counted against 130 us one by one.) */
-
-static int refs_init(refs *r, PyObject *cache, size_t n_ids)
-{
-    r->cached = ((PyListObject *)cache)->ob_item;
-    r->n_cached = PyList_GET_SIZE(cache);
-    r->count = NULL;
-    if (r->n_cached > 0 && n_ids >= (size_t)r->n_cached && n_ids >= 4096) {
-        r->count = PyMem_Calloc((size_t)r->n_cached, sizeof *r->count);
-        if (r->count == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* Gives each cached int the references counted for it, and frees the counts. */
-static void refs_apply(refs *r)
-{
-    Py_ssize_t i;
-    if (r->count == NULL)
-        return;
-    for (i = 0; i < r->n_cached; i++) {
-        uint32_t c = r->count[i];
-        if (c != 0) {
-            PyObject *o = r->cached[i];
+ * A list of n ids holds n references.  Taken one by one, each would be a write to the
+ * int's reference count: a random access into the ~40 bytes * vocabulary of cached ints,
+ * most of them cache misses once the vocabulary outgrows L2 (about half the time of making
+ * a list).  But the cached ints live as long as the process (the cache never shrinks), so
+ * their counts need not be kept at all: extend_cache pins each int before the cache shows
+ * it, and a list then stores the pointer and leaves the int untouched.
+ *   - Python 3.12+ (PEP 683): pinned means immortal.  The interpreter's own reference
+ *     operations leave an immortal object's count alone, so every count stays exact.
+ *   - Before 3.12: pinned means a count of 2**60.  Dropping a list still takes one from
+ *     each of its ints, so a pinned count drifts down by the references taken here without
+ *     a count; it would take 2**60 of them to reach zero (decades at a billion a second).
+ *   - Builds without the GIL (free-threaded), or whose headers name no immortal count, or
+ *     compiled with -DIDLIST_COUNT_REFS: nothing is pinned (PIN_COUNT undefined) and
+ *     references are counted one by one.
+ * sys.getrefcount of a cached int shows the pinned count, not its users.  Ids beyond the
+ * cache are new ints, owned by their list. */
+#if !defined(Py_GIL_DISABLED) && !defined(IDLIST_COUNT_REFS)
 #if PY_VERSION_HEX < 0x030C0000
-            Py_SET_REFCNT(o, Py_REFCNT(o) + (Py_ssize_t)c);
-#else
-            while (c-- > 0)     /* immortal ints must keep their count: let Py_INCREF decide */
-                Py_INCREF(o);
+#define PIN_COUNT ((Py_ssize_t)1 << 60)
+#elif defined(_Py_IMMORTAL_REFCNT)
+#define PIN_COUNT _Py_IMMORTAL_REFCNT
+#elif defined(_Py_IMMORTAL_INITIAL_REFCNT)
+#define PIN_COUNT ((Py_ssize_t)_Py_IMMORTAL_INITIAL_REFCNT)
 #endif
-        }
-    }
-    PyMem_Free(r->count);
-    r->count = NULL;
+#endif
+
+/* The cache list's items, read once the GIL is held (the list may grow between calls, and
+ * while collect_batch waits without the GIL, so its items may move). */
+typedef struct cached_ints {
+    PyObject *const *items;
+    Py_ssize_t n;
+} cached_ints;
+
+static cached_ints cached_now(PyObject *cache)
+{
+    cached_ints c;
+    c.items = ((PyListObject *)cache)->ob_item;
+    c.n = PyList_GET_SIZE(cache);
+    return c;
 }
 
-/* A reference to the int `id` for a list item (see refs), or NULL with an exception. */
-static PyObject *id_object(refs *r, uint32_t id)
+/* A reference to the int `id` for a list item (see "Pinned ints"), or NULL with an
+ * exception. */
+static PyObject *id_object(const cached_ints *c, uint32_t id)
 {
-    if ((Py_ssize_t)id < r->n_cached) {
-        PyObject *o = r->cached[id];
-        if (r->count != NULL)
-            r->count[id]++;
-        else
-            Py_INCREF(o);
+    if ((Py_ssize_t)id < c->n) {
+        PyObject *o = c->items[id];
+#if !defined(PIN_COUNT)
+        Py_INCREF(o);
+#endif
         return o;
     }
     return PyLong_FromUnsignedLong(id);
 }
 
-/* A new list of the n ids at ids[0..n), or NULL with an exception. */
-static PyObject *make_list(const uint32_t *ids, Py_ssize_t n, refs *r)
+/* extend_cache(cache, limit): appends the pinned ints len(cache) .. limit - 1 to cache. */
+static PyObject *extend_cache(PyObject *self, PyObject *args)
+{
+    PyObject *cache;
+    Py_ssize_t limit, i;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &cache, &limit))
+        return NULL;
+    for (i = PyList_GET_SIZE(cache); i < limit; i++) {
+        PyObject *o = PyLong_FromSsize_t(i);
+        int rc;
+        if (o == NULL)
+            return NULL;
+#if defined(PIN_COUNT)
+        Py_SET_REFCNT(o, PIN_COUNT);     /* pinned before any list can see it */
+        rc = PyList_Append(cache, o);
+#else
+        rc = PyList_Append(cache, o);
+        Py_DECREF(o);
+#endif
+        if (rc < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* How far ahead make_list and ids_from_le_bytes start loading what an id will touch: its
+ * slot in the cache list's items (0.8 MB for 100k ints), which the encoder (in the same
+ * process) or other processes (a daemon client) push out of the CPU caches between two
+ * calls.  Id i + AHEAD gets its slot prefetched so that the waits overlap instead of adding
+ * up; without pinning (see "Pinned ints") the int itself, whose count is written, too.
+ * Prefetches only hint: results never depend on them. */
+#define AHEAD 16
+#if defined(__GNUC__)
+#define PREFETCH_READ(a) __builtin_prefetch((a), 0, 3)
+#define PREFETCH_WRITE(a) __builtin_prefetch((a), 1, 3)
+#else
+#define PREFETCH_READ(a) ((void)(a))
+#define PREFETCH_WRITE(a) ((void)(a))
+#endif
+
+/* Starts loading what the id `id`, due AHEAD ids from now, will touch. */
+static void prefetch_id(const cached_ints *c, uint32_t id)
+{
+    if ((Py_ssize_t)id < c->n) {
+        PREFETCH_READ(&c->items[id]);
+#if !defined(PIN_COUNT)
+        PREFETCH_WRITE(c->items[id]);   /* a second miss if the slot has not arrived yet */
+#endif
+    }
+}
+
+/* A new list of the n ids at ids[0..n), or NULL with an exception.  ids[n..avail) may be
+ * read ahead (prefetch only): the ids of the lists that follow. */
+static PyObject *make_list(const uint32_t *ids, Py_ssize_t n, Py_ssize_t avail,
+                           const cached_ints *c)
 {
     PyObject *out = PyList_New(n);
     Py_ssize_t i;
     if (out == NULL)
         return NULL;
     for (i = 0; i < n; i++) {
-        PyObject *o = id_object(r, ids[i]);
-        if (o == NULL) {
-            refs_apply(r);      /* before any list goes: see refs */
+        PyObject *o;
+        if (i + AHEAD < avail)
+            prefetch_id(c, ids[i + AHEAD]);
+        if ((o = id_object(c, ids[i])) == NULL) {
             Py_DECREF(out);
             return NULL;
         }
@@ -143,13 +184,20 @@ static int check_cache(PyObject *cache)
     return 0;
 }
 
+/* How many ids from start a list ending at end may read ahead: up to last_end, the end of
+ * the buffer's last list, unless the ends are out of order (the caller then stops). */
+static Py_ssize_t readable(size_t last_end, size_t end, size_t start)
+{
+    return (Py_ssize_t)((last_end >= end ? last_end : end) - start);
+}
+
 /* ids_list(address, n, cache) -> list of the n uint32 ids at address. */
 static PyObject *ids_list(PyObject *self, PyObject *args)
 {
     unsigned long long address;
     Py_ssize_t n;
-    PyObject *cache, *out;
-    refs r;
+    PyObject *cache;
+    cached_ints c;
     (void)self;
     if (!PyArg_ParseTuple(args, "KnO", &address, &n, &cache) || check_cache(cache) < 0)
         return NULL;
@@ -157,11 +205,33 @@ static PyObject *ids_list(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "bad id buffer");
         return NULL;
     }
-    if (refs_init(&r, cache, (size_t)n) < 0)
-        return NULL;
-    out = make_list((const uint32_t *)(uintptr_t)address, n, &r);
-    refs_apply(&r);
-    return out;
+    c = cached_now(cache);
+    return make_list((const uint32_t *)(uintptr_t)address, n, n, &c);
+}
+
+/* Lists of the ids of texts [0, n_texts) of a buffer: text k's ids are
+ * ids[ends[k-1] .. ends[k]) (ends[-1] = 0), put at out[at + k]; -1 with an exception
+ * when the ends go backwards or a list cannot be made. */
+static int place_lists(PyObject *out, Py_ssize_t at, const uint32_t *ids, const size_t *ends,
+                       Py_ssize_t n_texts, const cached_ints *c)
+{
+    Py_ssize_t k;
+    size_t start = 0;
+    for (k = 0; k < n_texts; k++) {
+        PyObject *part;
+        if (ends[k] < start || (ends[k] > start && ids == NULL) ||
+            ends[k] - start > (size_t)PY_SSIZE_T_MAX) {
+            PyErr_SetString(PyExc_ValueError, "id ends go backwards");
+            return -1;
+        }
+        part = make_list(ids + start, (Py_ssize_t)(ends[k] - start),
+                         readable(ends[n_texts - 1], ends[k], start), c);
+        if (part == NULL)
+            return -1;
+        Py_XSETREF(PyList_GET_ITEM(out, at + k), part);
+        start = ends[k];
+    }
+    return 0;
 }
 
 /* ids_lists(address, ends_address, n_texts, cache) -> n_texts lists: text k's ids are
@@ -169,12 +239,9 @@ static PyObject *ids_list(PyObject *self, PyObject *args)
 static PyObject *ids_lists(PyObject *self, PyObject *args)
 {
     unsigned long long address, ends_address;
-    Py_ssize_t n_texts, k;
-    size_t start = 0;
+    Py_ssize_t n_texts;
     PyObject *cache, *out;
-    refs r;
-    const uint32_t *ids;
-    const size_t *ends;
+    cached_ints c;
     (void)self;
     if (!PyArg_ParseTuple(args, "KKnO", &address, &ends_address, &n_texts, &cache) ||
         check_cache(cache) < 0)
@@ -183,30 +250,86 @@ static PyObject *ids_lists(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "bad id buffer");
         return NULL;
     }
-    ids = (const uint32_t *)(uintptr_t)address;
-    ends = (const size_t *)(uintptr_t)ends_address;
     if ((out = PyList_New(n_texts)) == NULL)
         return NULL;
-    if (refs_init(&r, cache, n_texts > 0 ? ends[n_texts - 1] : 0) < 0) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    for (k = 0; k < n_texts; k++) {
-        PyObject *part;
-        if (ends[k] < start || (ends[k] > start && ids == NULL) ||
-            ends[k] - start > (size_t)PY_SSIZE_T_MAX) {
-            PyErr_SetString(PyExc_ValueError, "id ends go backwards");
-            break;
-        }
-        if ((part = make_list(ids + start, (Py_ssize_t)(ends[k] - start), &r)) == NULL)
-            break;
-        PyList_SET_ITEM(out, k, part);
-        start = ends[k];
-    }
-    refs_apply(&r);             /* before any list goes: see refs */
-    if (k < n_texts)
+    c = cached_now(cache);
+    if (place_lists(out, 0, (const uint32_t *)(uintptr_t)address,
+                    (const size_t *)(uintptr_t)ends_address, n_texts, &c) < 0)
         Py_CLEAR(out);
     return out;
+}
+
+/* ---- a whole batch job collected here (bpe_cffi Tokenizer.encode_batch) ----------------- */
+
+/* The C core's bpe_batch_next (csrc/bpe.h), reached through an address the caller got from
+ * CFFI: this extension does not link the core. */
+typedef struct bpe_batch_job bpe_batch_job;
+typedef int (*batch_next_fn)(bpe_batch_job *job, size_t *first, size_t *count,
+                             const uint32_t **ids, const size_t **id_ends, size_t *info);
+
+/* Waits (the GIL released) for the job's next finished group, encoding one meanwhile. */
+static int next_group(batch_next_fn next, bpe_batch_job *job, size_t *first, size_t *count,
+                      const uint32_t **ids, const size_t **id_ends, size_t *info)
+{
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = next(job, first, count, ids, id_ends, info);
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
+/* -1 with an exception unless every item of out was set. */
+static int check_complete(PyObject *out)
+{
+    Py_ssize_t k;
+    for (k = 0; k < PyList_GET_SIZE(out); k++)
+        if (PyList_GET_ITEM(out, k) == NULL) {
+            PyErr_SetString(PyExc_SystemError, "batch job ended with texts missing");
+            return -1;
+        }
+    return 0;
+}
+
+/* collect_batch(next_address, job_address, n_texts, cache) -> (lists, 0, 0), or
+ * (None, error code, failing text) when the job reports an error: every group of a started
+ * job, each list made as soon as its group is done.  The caller finishes the job, also
+ * after an exception. */
+static PyObject *collect_batch(PyObject *self, PyObject *args)
+{
+    unsigned long long next_address, job_address;
+    Py_ssize_t n_texts;
+    PyObject *cache, *out;
+    int rc;
+    size_t first = 0, count = 0, info = 0;
+    const uint32_t *ids = NULL;
+    const size_t *id_ends = NULL;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "KKnO", &next_address, &job_address, &n_texts, &cache) ||
+        check_cache(cache) < 0)
+        return NULL;
+    if (next_address == 0 || job_address == 0 || n_texts < 0) {
+        PyErr_SetString(PyExc_ValueError, "bad batch job");
+        return NULL;
+    }
+    if ((out = PyList_New(n_texts)) == NULL)
+        return NULL;
+    while ((rc = next_group((batch_next_fn)(uintptr_t)next_address,
+                            (bpe_batch_job *)(uintptr_t)job_address,
+                            &first, &count, &ids, &id_ends, &info)) == 0 && count > 0) {
+        cached_ints c = cached_now(cache);   /* it may have grown while the GIL was free */
+        if (first > (size_t)n_texts || count > (size_t)n_texts - first) {
+            PyErr_SetString(PyExc_SystemError, "batch group out of range");
+            break;
+        }
+        if (place_lists(out, (Py_ssize_t)first, ids, id_ends, (Py_ssize_t)count, &c) < 0)
+            break;
+    }
+    if (rc == 0 && count == 0 && check_complete(out) == 0)
+        return Py_BuildValue("(Nii)", out, 0, 0);
+    Py_DECREF(out);
+    if (rc == 0 || PyErr_Occurred())
+        return NULL;
+    return Py_BuildValue("(Oin)", Py_None, rc, (Py_ssize_t)info);
 }
 
 /* The little-endian uint32 at p (any alignment). */
@@ -215,22 +338,6 @@ static uint32_t le32_at(const unsigned char *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* How far ahead ids_from_le_bytes starts loading what an id will touch.  A client holds a
- * cache of ~100k ints (3 MB, plus 0.8 MB of pointers) that other processes push out of the
- * CPU caches between two replies, so nearly every id would wait twice for memory: for its
- * pointer in the cache list, then for the int's reference count.  Id i + 2 * AHEAD gets
- * its pointer slot prefetched, id i + AHEAD (whose slot has arrived by then) its object,
- * so the waits overlap instead of adding up.  Prefetches only hint: results never depend
- * on them. */
-#define AHEAD 16
-#if defined(__GNUC__)
-#define PREFETCH_READ(a) __builtin_prefetch((a), 0, 3)
-#define PREFETCH_WRITE(a) __builtin_prefetch((a), 1, 3)
-#else
-#define PREFETCH_READ(a) ((void)(a))
-#define PREFETCH_WRITE(a) ((void)(a))
-#endif
-
 /* ids_from_le_bytes(data, cache) -> list of the little-endian uint32 ids packed in data
  * (a bytes-like object whose length is a multiple of 4). */
 static PyObject *ids_from_le_bytes(PyObject *self, PyObject *args)
@@ -238,7 +345,6 @@ static PyObject *ids_from_le_bytes(PyObject *self, PyObject *args)
     Py_buffer view;
     PyObject *cache, *out = NULL;
     Py_ssize_t n, i = 0;
-    refs r;
     (void)self;
     if (!PyArg_ParseTuple(args, "y*O", &view, &cache))
         return NULL;
@@ -250,26 +356,22 @@ static PyObject *ids_from_le_bytes(PyObject *self, PyObject *args)
         return NULL;
     }
     n = view.len / 4;
-    if (refs_init(&r, cache, (size_t)n) == 0 && (out = PyList_New(n)) != NULL) {
+    if ((out = PyList_New(n)) != NULL) {
         const unsigned char *p = view.buf;
+        cached_ints c = cached_now(cache);
         for (i = 0; i < n; i++, p += 4) {
-            uint32_t id;
             PyObject *o;
-            if (i + 2 * AHEAD < n && (Py_ssize_t)(id = le32_at(p + 8 * AHEAD)) < r.n_cached)
-                PREFETCH_READ(&r.cached[id]);
-            if (r.count == NULL && i + AHEAD < n &&
-                (Py_ssize_t)(id = le32_at(p + 4 * AHEAD)) < r.n_cached)
-                PREFETCH_WRITE(r.cached[id]);
-            if ((o = id_object(&r, le32_at(p))) == NULL)
+            if (i + AHEAD < n)
+                prefetch_id(&c, le32_at(p + 4 * AHEAD));
+            if ((o = id_object(&c, le32_at(p))) == NULL)
                 break;
             PyList_SET_ITEM(out, i, o);
         }
+        if (i < n)
+            Py_CLEAR(out);
+        else
+            PyObject_GC_UnTrack(out);
     }
-    refs_apply(&r);             /* before the list can go: see refs */
-    if (out != NULL && i < n)
-        Py_CLEAR(out);
-    else if (out != NULL)
-        PyObject_GC_UnTrack(out);
     PyBuffer_Release(&view);
     return out;
 }
@@ -819,6 +921,10 @@ static PyMethodDef methods[] = {
     {"ids_list", ids_list, METH_VARARGS, "ids_list(address, n, cache) -> list"},
     {"ids_lists", ids_lists, METH_VARARGS,
      "ids_lists(address, ends_address, n_texts, cache) -> list of lists"},
+    {"extend_cache", extend_cache, METH_VARARGS,
+     "extend_cache(cache, limit): append the pinned ints len(cache) .. limit - 1"},
+    {"collect_batch", collect_batch, METH_VARARGS,
+     "collect_batch(next_address, job_address, n_texts, cache) -> (lists or None, rc, info)"},
     {"ids_from_le_bytes", ids_from_le_bytes, METH_VARARGS,
      "ids_from_le_bytes(data, cache) -> list"},
     {"join_utf8_bytes", join_utf8_bytes, METH_O,
