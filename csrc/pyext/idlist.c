@@ -218,7 +218,7 @@ static int place_lists(PyObject *out, Py_ssize_t at, const uint32_t *ids, const 
     Py_ssize_t k;
     size_t start = 0;
     for (k = 0; k < n_texts; k++) {
-        PyObject *part;
+        PyObject *part, *old;
         if (ends[k] < start || (ends[k] > start && ids == NULL) ||
             ends[k] - start > (size_t)PY_SSIZE_T_MAX) {
             PyErr_SetString(PyExc_ValueError, "id ends go backwards");
@@ -228,7 +228,9 @@ static int place_lists(PyObject *out, Py_ssize_t at, const uint32_t *ids, const 
                          readable(ends[n_texts - 1], ends[k], start), c);
         if (part == NULL)
             return -1;
-        Py_XSETREF(PyList_GET_ITEM(out, at + k), part);
+        old = PyList_GET_ITEM(out, at + k);     /* NULL unless a group came twice */
+        PyList_SET_ITEM(out, at + k, part);
+        Py_XDECREF(old);
         start = ends[k];
     }
     return 0;
