@@ -124,20 +124,21 @@ class AsyncClient(_ClientBase):
 
     # -- operations ----------------------------------------------------------------------------
     async def encode(self, text, *, tokenizer=None, allowed_special=None,
-                     disallowed_special=None):
+                     disallowed_special=None, packed=False):
+        """As Client.encode (packed=True: an array('I') of uint32)."""
         rep = await self.request(self._msg(P.OP_ENCODE, tokenizer,
                                            allowed_special=allowed_special,
                                            disallowed_special=disallowed_special, text=text,
                                            ids=P.IDS_BIN))
-        return reply_ids(rep["ids"])
+        return reply_ids(rep["ids"], packed)
 
     async def encode_batch(self, texts, *, tokenizer=None, allowed_special=None,
-                           disallowed_special=None):
+                           disallowed_special=None, packed=False):
         rep = await self.request(self._msg(P.OP_ENCODE_BATCH, tokenizer,
                                            allowed_special=allowed_special,
                                            disallowed_special=disallowed_special,
                                            texts=utf8_bins(texts), ids=P.IDS_BIN))
-        return [reply_ids(x) for x in rep["ids"]]
+        return [reply_ids(x, packed) for x in rep["ids"]]
 
     async def decode(self, ids, *, tokenizer=None):
         rep = await self.request(self._msg(P.OP_DECODE, tokenizer, ids=P.ids_to_bin(ids)))
@@ -168,10 +169,10 @@ class AsyncClient(_ClientBase):
         return await self.request({"op": P.OP_STATS})
 
     async def stream(self, texts, window=64, *, batch=1, tokenizer=None,
-                     allowed_special=None, disallowed_special=None):
+                     allowed_special=None, disallowed_special=None, packed=False):
         """Async generator: encodes texts (an iterable or async iterable) with up to `window`
         requests in flight and yields the ids in input order.  batch > 1: up to that many
-        texts per request, as Client.stream."""
+        texts per request; packed=True: arrays of uint32; as Client.stream."""
         if window < 1:
             raise ValueError("window must be at least 1")
         if type(batch) is not int or batch < 1:
@@ -221,8 +222,8 @@ class AsyncClient(_ClientBase):
                 msg["texts"] = utf8_bins(group)
             rep = await self.request(msg)
             if batch == 1:
-                return [reply_ids(rep["ids"])]
-            return [reply_ids(ids) for ids in rep["ids"]]
+                return [reply_ids(rep["ids"], packed)]
+            return [reply_ids(ids, packed) for ids in rep["ids"]]
 
         pending = []
         tasks = collections.deque()

@@ -125,7 +125,13 @@ def utf8_bins(texts):
     return [t.encode("utf-8") if type(t) is str else t for t in texts]
 
 
-def reply_ids(ids):
+def reply_ids(ids, packed=False):
+    """The ids of a reply (packed bin, or a list from a peer that sent one) as a list of int,
+    or with packed=True as an array of uint32 (P.bin_to_array)."""
+    if packed:
+        if isinstance(ids, (bytes, bytearray)):
+            return P.bin_to_array(ids)
+        return P.bin_to_array(P.ids_to_bin(ids))
     return P.bin_to_ids(ids) if isinstance(ids, (bytes, bytearray)) else list(ids)
 
 
@@ -329,20 +335,23 @@ class Client(_ClientBase):
     def _msg(self, op, tokenizer, **kw):
         return request_msg(op, tokenizer if tokenizer is not None else self.tokenizer, **kw)
 
-    def encode(self, text, *, tokenizer=None, allowed_special=None, disallowed_special=None):
-        """Token ids of text (list of int)."""
+    def encode(self, text, *, tokenizer=None, allowed_special=None, disallowed_special=None,
+               packed=False):
+        """Token ids of text: a list of int, or with packed=True an array('I') of uint32
+        (the reply's bytes as they came: no int per id; numpy.frombuffer reads it)."""
         rep = self.request(self._msg(P.OP_ENCODE, tokenizer, allowed_special=allowed_special,
                                      disallowed_special=disallowed_special, text=text,
                                      ids=P.IDS_BIN))
-        return reply_ids(rep["ids"])
+        return reply_ids(rep["ids"], packed)
 
     def encode_batch(self, texts, *, tokenizer=None, allowed_special=None,
-                     disallowed_special=None):
+                     disallowed_special=None, packed=False):
+        """[encode(t) for t in texts] in one request (packed: as encode)."""
         rep = self.request(self._msg(P.OP_ENCODE_BATCH, tokenizer,
                                      allowed_special=allowed_special,
                                      disallowed_special=disallowed_special,
                                      texts=utf8_bins(texts), ids=P.IDS_BIN))
-        return [reply_ids(x) for x in rep["ids"]]
+        return [reply_ids(x, packed) for x in rep["ids"]]
 
     def decode(self, ids, *, tokenizer=None):
         return self.request(self._msg(P.OP_DECODE, tokenizer, ids=P.ids_to_bin(ids)))["text"]
@@ -372,12 +381,13 @@ class Client(_ClientBase):
         return self.request({"op": P.OP_STATS})
 
     def stream(self, texts, window=64, *, batch=1, tokenizer=None, allowed_special=None,
-               disallowed_special=None):
+               disallowed_special=None, packed=False):
         """Encodes every text of an iterable with up to `window` requests in flight; yields
-        the ids in input order.  batch > 1 sends up to that many texts per request (an
-        encode_batch of at most STREAM_BATCH_CHARS characters): far fewer round trips for
-        small texts.  An error reply raises DaemonError when its request's first text is
-        reached (with batch > 1 the message names the failing text of that request)."""
+        the ids in input order (packed=True: arrays of uint32, as encode).  batch > 1 sends
+        up to that many texts per request (an encode_batch of at most STREAM_BATCH_CHARS
+        characters): far fewer round trips for small texts.  An error reply raises
+        DaemonError when its request's first text is reached (with batch > 1 the message
+        names the failing text of that request)."""
         if window < 1:
             raise ValueError("window must be at least 1")
         if type(batch) is not int or batch < 1:
@@ -406,10 +416,10 @@ class Client(_ClientBase):
                 rep = self.result(inflight[0])
                 inflight.popleft()
                 if batch == 1:
-                    yield reply_ids(rep["ids"])
+                    yield reply_ids(rep["ids"], packed)
                 else:
                     for ids in rep["ids"]:
-                        yield reply_ids(ids)
+                        yield reply_ids(ids, packed)
         finally:
             for rid in inflight:
                 self.forget(rid)

@@ -124,13 +124,20 @@ def bin_to_ids(data: bytes) -> list:
             _idcache.reserve(_CLIENT_CACHE)   # once: ints shared by all replies (~10 MB)
         # the C helper raises the same ValueError for a length that is not 4*n
         return _idcache._idlist.ids_from_le_bytes(data, _idcache._CACHE)
+    return bin_to_array(data).tolist()
+
+
+def bin_to_array(data: bytes) -> array:
+    """Packed uint32 little-endian -> array of 4-byte unsigned ints (typecode "I", or "L"
+    where that is the 4-byte one), in the host's byte order: numpy.frombuffer(a, "uint32")
+    reads it without a copy.  ValueError if the length is not 4*n."""
     if len(data) % 4:
         raise ValueError(f"packed ids have {len(data)} bytes, not a multiple of 4")
     a = array(_U32)
     a.frombytes(data)
-    if not _LITTLE:  # pragma: no cover
+    if not _LITTLE:  # pragma: no cover - big-endian hosts
         a.byteswap()
-    return a.tolist()
+    return a
 
 
 def error_reply(req_id, code: str, message: str) -> dict:

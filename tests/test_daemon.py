@@ -392,6 +392,43 @@ def test_async_client(daemon, refs, texts):
     asyncio.run(main())
 
 
+def _is_u32_array(a):
+    from array import array
+    return type(a) is array and a.itemsize == 4 and a.typecode in "IL"
+
+
+def test_packed_ids_equal_lists(daemon, refs, texts):
+    """packed=True gives the same ids as arrays of uint32, for every way in, both clients."""
+    tok = refs["cl100k"]
+    some = texts[:40] + ["", "héllo <|endoftext|> wörld 🎉"]
+    want = [tok.encode(t) for t in some]
+    with Client(daemon.endpoint, timeout=10) as c:
+        one = c.encode(some[0], packed=True)
+        assert _is_u32_array(one) and one.tolist() == want[0]
+        assert c.encode("", packed=True).tolist() == []
+        for got in (c.encode_batch(some, packed=True),
+                    list(c.stream(some, window=4, packed=True)),
+                    list(c.stream(some, window=4, batch=7, packed=True))):
+            assert all(_is_u32_array(a) for a in got)
+            assert [a.tolist() for a in got] == want
+        assert c.encode(some[1]) == want[1]                      # lists still by default
+    assert P.bin_to_array(b"\x01\x00\x00\x00\xff\xff\xff\xff").tolist() == [1, 2 ** 32 - 1]
+    with pytest.raises(ValueError, match="multiple of 4"):
+        P.bin_to_array(b"abc")
+    from bpe_cffi.daemon.client import reply_ids
+    assert reply_ids([5, 2 ** 32 - 1], packed=True).tolist() == [5, 2 ** 32 - 1]
+
+    async def main():
+        async with AsyncClient(daemon.endpoint, timeout=10) as c:
+            got = [await c.encode(some[2], packed=True)] + \
+                await c.encode_batch(some[3:6], packed=True)
+            got += [a async for a in c.stream(some, window=8, batch=5, packed=True)]
+            assert all(_is_u32_array(a) for a in got)
+            assert [a.tolist() for a in got] == want[2:6] + want
+
+    asyncio.run(main())
+
+
 def test_batched_streams(daemon, refs, texts, monkeypatch):
     """stream(batch=k) sends up to k texts per request and still yields every text's ids in
     input order, in both clients; groups also end at STREAM_BATCH_CHARS characters; an error
