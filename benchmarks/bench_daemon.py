@@ -8,7 +8,9 @@ measures documents/s and MB/s, and per-request round-trip latency (p50/p99) with
 number of clients sending one request at a time.  The baseline is Tokenizer.encode_batch of
 the same documents in this process (all cores).  Also: p50/p99 of a single small request at
 light load (one client, one request at a time), and 16 clients sending 16 or 64 documents per
-request (stream with batch=k: encode_batch requests over the wire; --batches).  Every daemon
+request (stream with batch=k: encode_batch requests over the wire; --batches), and with 16
+documents per request again with clients that keep the ids packed (stream(packed=True):
+arrays of uint32, no int object per id; --packed-batches).  Every daemon
 reply of the throughput runs is checked against the in-process ids.  Numbers on a shared
 machine are noisy: read the RATIOS.  Clients pipeline with Client.stream(docs, window=8,
 batch=k): k documents per request.  Each throughput client first makes one untimed pass over
@@ -82,7 +84,7 @@ def start_daemon(loader_spec, path, workers):
 
 # ---- client processes ------------------------------------------------------------------------
 
-def client_proc(idx, endpoint, docs, expect, mode, window, batch, start, done, out):
+def client_proc(idx, endpoint, docs, expect, mode, window, batch, packed, start, done, out):
     from bpe_cffi.daemon import Client
     with Client(endpoint, timeout=60, retries=0) as c:
         for d in docs[:5]:
@@ -92,7 +94,7 @@ def client_proc(idx, endpoint, docs, expect, mode, window, batch, start, done, o
             # (as the in-process baseline's does, which is run once before it is timed).  One
             # untimed pass whose results are dropped gives these fresh processes the same
             # start, instead of timing the first touch of every page of their results.
-            for _ in c.stream(docs, window=window, batch=batch):
+            for _ in c.stream(docs, window=window, batch=batch, packed=packed):
                 pass
         start.wait()
         c0 = time.process_time()
@@ -100,7 +102,7 @@ def client_proc(idx, endpoint, docs, expect, mode, window, batch, start, done, o
         lat = []
         result = []
         if mode == "throughput":
-            result = list(c.stream(docs, window=window, batch=batch))
+            result = list(c.stream(docs, window=window, batch=batch, packed=packed))
         else:
             for d in docs:
                 t = time.perf_counter()
@@ -113,13 +115,14 @@ def client_proc(idx, endpoint, docs, expect, mode, window, batch, start, done, o
     done.wait()
     wrong = None
     if mode == "throughput":
-        wrong = sum(1 for got, want in zip(result, expect) if got != want)
+        wrong = sum(1 for got, want in zip(result, expect)
+                    if (got.tolist() if packed else got) != want)
         wrong += len(expect) - len(result)
     out.put((idx, t0, t1, lat, wrong, cpu))
 
 
 def run_clients(endpoint, docs, n_clients, mode, window=8, batch=1, expect=None,
-                daemon_pid=None):
+                daemon_pid=None, packed=False):
     """Returns (wall seconds, sorted latencies, wrong-or-missing replies, client CPU seconds,
     daemon CPU seconds from the start of the timed work to the last report, or 0.0 without
     daemon_pid)."""
@@ -130,7 +133,7 @@ def run_clients(endpoint, docs, n_clients, mode, window=8, batch=1, expect=None,
     share = [docs[i::n_clients] for i in range(n_clients)]
     want = [expect[i::n_clients] if expect is not None else [] for i in range(n_clients)]
     procs = [ctx.Process(target=client_proc, args=(i, endpoint, share[i], want[i], mode, window,
-                                                  batch, start, done, out))
+                                                  batch, packed, start, done, out))
              for i in range(n_clients)]
     for p in procs:
         p.start()
@@ -175,6 +178,10 @@ def main():
     ap.add_argument("--batches", default="1,16,64",
                     help="documents per request tried with the largest client count "
                          "(the smaller counts send one document per request)")
+    ap.add_argument("--packed-batches", default="16",
+                    help="documents per request of extra rows with the largest client count "
+                         "whose clients keep the ids packed (Client.stream(packed=True): "
+                         "arrays of uint32, no int per id); empty: none")
     args = ap.parse_args()
 
     vocab = args.vocab or str(find_shared() / "vocab" / "cl100k_base.tiktoken")
@@ -228,17 +235,22 @@ def main():
               f"p99 {pct(lat, 99):.3f} ms")
         for n in [int(x) for x in args.clients.split(",")]:
             most = n == max(int(x) for x in args.clients.split(","))
-            for batch in ([int(b) for b in args.batches.split(",")] if most else [1]):
+            kinds = [(int(b), False) for b in args.batches.split(",")] if most else [(1, False)]
+            if most and args.packed_batches:
+                kinds += [(int(b), True) for b in args.packed_batches.split(",")]
+            for batch, packed in kinds:
                 base, base_cpu = baseline()      # measured next to each row: the machine
                 #                                    is shared, so only ratios mean much
                 dt, _, wrong, ccpu, dcpu = run_clients(endpoint, docs, n, "throughput",
                                                        window=args.window, batch=batch,
-                                                       expect=expect, daemon_pid=proc.pid)
+                                                       expect=expect, daemon_pid=proc.pid,
+                                                       packed=packed)
                 lat_docs = docs[:max(n * 20, min(len(docs), args.latency_requests))]
                 _, lat, _, _, _ = run_clients(endpoint, lat_docs, n, "latency")
                 rate = len(docs) / dt
                 per_cpu = len(docs) / (dcpu + ccpu)
-                rows.append((n, batch, rate, mb / dt, rate / base, per_cpu / base_cpu,
+                rows.append((n, batch, "packed" if packed else "list", rate, mb / dt,
+                             rate / base, per_cpu / base_cpu,
                              len(docs) / dcpu / base_cpu, pct(lat, 50), pct(lat, 99),
                              wrong))
     finally:
@@ -246,14 +258,16 @@ def main():
         proc.wait(30)
 
     print()
-    print("| clients | docs/request | docs/s | MB/s | wall vs in-process encode_batch | "
+    print("| clients | docs/request | ids | docs/s | MB/s | wall vs in-process encode_batch | "
           "per CPU-s, daemon+clients | per CPU-s, daemon only | p50 ms (1 in flight) | "
           "p99 ms | wrong |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for n, batch, rate, mbs, ratio, cpu_ratio, dcpu_ratio, p50, p99, bad in rows:
-        print(f"| {n} | {batch} | {rate:,.0f} | {mbs:.1f} | {ratio:.0%} | {cpu_ratio:.0%} | "
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, batch, ids, rate, mbs, ratio, cpu_ratio, dcpu_ratio, p50, p99, bad in rows:
+        print(f"| {n} | {batch} | {ids} | {rate:,.0f} | {mbs:.1f} | {ratio:.0%} | {cpu_ratio:.0%} | "
               f"{dcpu_ratio:.0%} | {p50:.2f} | {p99:.2f} | {bad} |")
-    print("\nwall: daemon docs/s over in-process encode_batch docs/s measured just before; "
+    print("\nids: what the clients yield, lists of int (as in-process encode_batch returns) or "
+          "packed arrays of uint32; wall: daemon docs/s over in-process encode_batch docs/s "
+          "measured just before; "
           "per CPU-s: docs per CPU-second (daemon process + client processes, or the daemon "
           "alone) over in-process docs per CPU-second - robust to a busy machine.")
 
