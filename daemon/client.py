@@ -131,7 +131,7 @@ def reply_ids(ids, packed=False):
     if packed:
         if isinstance(ids, (bytes, bytearray)):
             return P.bin_to_array(ids)
-        return P.bin_to_array(P.ids_to_bin(ids))
+        return P.ids_to_array(ids)
     return P.bin_to_ids(ids) if isinstance(ids, (bytes, bytearray)) else list(ids)
 
 

@@ -104,11 +104,17 @@ _LITTLE = sys.byteorder == "little"
 _U32 = "I" if array("I").itemsize == 4 else "L"  # the array typecode of a 4-byte unsigned
 
 
+def ids_to_array(ids) -> array:
+    """Token ids (an iterable of ints) as an array of 4-byte unsigned ints, host byte order;
+    OverflowError for one outside uint32."""
+    return array(_U32, ids)
+
+
 def ids_to_bin(ids) -> bytes:
     """Token ids (a list of ints, an array('I') or anything with .tobytes of uint32) packed."""
     if isinstance(ids, array) and ids.typecode == _U32 and _LITTLE:
         return ids.tobytes()
-    a = array(_U32, ids)
+    a = ids_to_array(ids)
     if not _LITTLE:  # pragma: no cover - big-endian hosts
         a.byteswap()
     return a.tobytes()
