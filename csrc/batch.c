@@ -10,6 +10,9 @@
  * identical to bpe_encode of each text. Error invariant: once some text fails, no worker claims
  * a new index (new indexes are all larger), every claimed one finishes, and the smallest
  * failing index is reported; then every output is restored to its length on entry.
+ * bpe_encode_batch_flat on one thread skips all of that: it encodes text after text straight
+ * into the caller's buffer (a buffer per text, grown from empty and then gathered, cost 15%
+ * more C time on 16,656 paragraphs of English averaging 240 bytes).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -78,6 +81,16 @@ typedef struct batch {
     int rc;             /* its error code (under lock) */
 } batch;
 
+/* Threads for a batch of n texts of `total` bytes: bpe_thread_count, and one per
+ * MIN_BYTES_PER_THREAD of text at most. */
+static int batch_threads(int n_threads, size_t n, size_t total)
+{
+    int threads = bpe_thread_count(n_threads, n);
+    if ((size_t)threads > total / MIN_BYTES_PER_THREAD + 1)
+        threads = (int)(total / MIN_BYTES_PER_THREAD + 1);
+    return threads;
+}
+
 static void record_error(batch *b, size_t i, int rc)
 {
     pthread_mutex_lock(&b->lock);
@@ -143,9 +156,7 @@ int bpe_encode_batch(const bpe_tokenizer *tok, size_t n, const uint8_t *const *t
     b.mode = special_mode;
     b.outs = outs;
     pthread_mutex_init(&b.lock, NULL);
-    threads = bpe_thread_count(n_threads, n);
-    if ((size_t)threads > total / MIN_BYTES_PER_THREAD + 1)
-        threads = (int)(total / MIN_BYTES_PER_THREAD + 1);
+    threads = batch_threads(n_threads, n, total);
     bpe_run_threads(threads, batch_worker, &b);
     pthread_mutex_destroy(&b.lock);
     if (b.rc != BPE_OK) {
@@ -181,6 +192,36 @@ static int gather(bpe_ids *parts, size_t n, bpe_ids *out, size_t *out_ends)
     return BPE_OK;
 }
 
+/* bpe_encode_batch_flat on the calling thread alone: every text straight into *out with one
+ * work slot, no buffer per text and no gathering (the daemon's requests of a few dozen texts
+ * come this way).  The texts are checked before any is encoded, so a bad argument changes
+ * nothing; on an encoding error *out is cut back to its length on entry. */
+static int flat_on_caller(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
+                          const size_t *ends, const uint8_t *special_mode, bpe_ids *out,
+                          size_t *out_ends, size_t *info)
+{
+    size_t old = out->len, start = 0, i, special = 0;
+    bpe_work w;
+    int rc = BPE_OK;
+    for (i = 0; i < n; i++)
+        if (ends[i] < (i ? ends[i - 1] : 0))
+            return BPE_ERR_ARG;
+    bpe_work_open(tok, &w);
+    for (i = 0; i < n && rc == BPE_OK; i++) {
+        if (ends[i] > start)
+            rc = bpe_encode_work(tok, &w, data + start, ends[i] - start, special_mode, out,
+                                 &special, NULL);
+        if (rc != BPE_OK && info)
+            *info = i;
+        out_ends[i] = out->len;
+        start = ends[i];
+    }
+    bpe_work_close(&w);
+    if (rc != BPE_OK)
+        out->len = old;
+    return rc;
+}
+
 int bpe_encode_batch_flat(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
                           const size_t *ends, const uint8_t *special_mode, int n_threads,
                           bpe_ids *out, size_t *out_ends, size_t *info)
@@ -193,6 +234,12 @@ int bpe_encode_batch_flat(const bpe_tokenizer *tok, size_t n, const uint8_t *dat
         return BPE_ERR_ARG;
     if (n == 0)
         return bpe_encode_batch(tok, 0, NULL, NULL, special_mode, n_threads, NULL, info);
+    if (tok->pattern == BPE_PATTERN_EXTERNAL)
+        return BPE_ERR_ARG;
+    if ((rc = bpe_check_mode(tok, special_mode)) != BPE_OK)
+        return rc;
+    if (batch_threads(n_threads, n, ends[n - 1]) == 1)
+        return flat_on_caller(tok, n, data, ends, special_mode, out, out_ends, info);
     texts = malloc(n * sizeof *texts);
     lens = malloc(n * sizeof *lens);
     parts = calloc(n, sizeof *parts);

@@ -717,6 +717,38 @@ def test_flat_batch_errors_leave_the_output_alone():
     lib.bpe_ids_free(out)
 
 
+@pytest.mark.parametrize("n_threads,pad", [(1, 0), (1, 100_000), (3, 100_000)])
+def test_flat_batch_appends_and_fails_back_to_its_length(n_threads, pad):
+    """The ids are appended after what *out already holds, and a failure (here the last
+    text, after others were encoded into *out) cuts it back to that length; on one thread
+    (the texts straight into *out) as on several (a buffer per text, then gathered)."""
+    tok, _ = native_tokenizer("o200k_base")
+    mode = ffi.new("uint8_t[]", [2, 2])
+    out, info = ffi.new("bpe_ids *"), ffi.new("size_t *")
+    first = [b"kept " * 3]
+    assert lib.bpe_encode_batch_flat(tok.ptr, 1, first[0], ffi.new("size_t[]", [15]), mode,
+                                     n_threads, out, ffi.new("size_t[]", 1), info) == 0
+    kept = ffi.unpack(out.ids, out.len)
+    assert kept == tok.encode(first[0])
+    for texts in ([b"x" * pad + b"ok", b"more", b"<|endoftext|>"],
+                  [b"x" * pad + b"ok", b"more", b"fine"]):
+        ends = ffi.new("size_t[]", [sum(map(len, texts[:i + 1])) for i in range(len(texts))])
+        out_ends = ffi.new("size_t[]", len(texts))
+        rc = lib.bpe_encode_batch_flat(tok.ptr, len(texts), b"".join(texts), ends, mode,
+                                       n_threads, out, out_ends, info)
+        if texts[-1] == b"fine":
+            assert rc == lib.BPE_OK
+            got = ffi.unpack(out.ids, out.len)
+            assert got[:len(kept)] == kept
+            starts = [len(kept)] + [out_ends[i] for i in range(len(texts) - 1)]
+            assert [got[a:out_ends[i]] for i, a in enumerate(starts)] == \
+                [tok.encode(t) for t in texts]
+        else:
+            assert (rc, info[0]) == (lib.BPE_ERR_DISALLOWED, 2)
+            assert ffi.unpack(out.ids, out.len) == kept
+    lib.bpe_ids_free(out)
+
+
 def job_batch(tok, texts, mode=None, n_threads=2, stop_after=None, scattered=False):
     """bpe_batch_start/next/finish: (per-text id lists, rc, info).  stop_after: finish the
     job after that many groups (an early exit) and return what was collected.  scattered:
