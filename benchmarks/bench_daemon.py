@@ -1,25 +1,24 @@
 """Daemon throughput and latency against in-process encode_batch, in one run.
 
     python benchmarks/bench_daemon.py [--docs 16000] [--clients 1,4,16] [--workers N]
-                                      [--rounds 5]
+                                      [--batches auto,1,16] [--rounds 5]
 
 Starts a real daemon process on a free loopback port, then for 1, 4 and 16 client processes
-(each a bpe_cffi.daemon.Client pipelining `--window` requests of one 4 KB document each)
-measures documents/s and MB/s, and per-request round-trip latency (p50/p99) with the same
-number of clients sending one request at a time.  The baseline is Tokenizer.encode_batch of
-the same documents in this process (all cores).  Also: p50/p99 of a single small request at
-light load (one client, one request at a time), and 16 clients sending 16 or 64 documents per
-request (stream with batch=k: encode_batch requests over the wire; --batches), and with 16
-documents per request again with clients that keep the ids packed (stream(packed=True):
-arrays of uint32, no int object per id; --packed-batches).  Every daemon
-reply of the throughput runs is checked against the in-process ids.  Numbers on a shared
-machine are noisy: read the RATIOS.  Clients pipeline with Client.stream(docs, window=8,
-batch=k): k documents per request.  Each throughput client first makes one untimed pass over
-its documents (results dropped), as a long-lived client's heap and the in-process baseline
-(run once before it is timed) are warm; then all start together.  The rows with the most
-clients are run --rounds times, each round with its own baseline just before it, and report
-the median ratio and the range: on this shared machine the baseline alone swings by a third
-from one minute to the next.
+(each a bpe_cffi.daemon.Client streaming its share of the 4 KB documents with
+Client.stream(docs, window=8): `--window` requests in flight, and the stream's default
+grouping of up to 64 documents per request) measures documents/s and MB/s, and per-request
+round-trip latency (p50/p99) with the same number of clients sending one document at a
+time.  The baseline is Tokenizer.encode_batch of the same documents in this process (all
+cores).  Also: p50/p99 of a single small request at light load (one client, one request at a
+time); 16 clients sending 1 or 16 documents per request (stream(batch=k); --batches); and 16
+clients that keep the ids packed (stream(packed=True): arrays of uint32, no int object per
+id; --packed-batches).  Every daemon reply of the throughput runs is checked against the
+in-process ids.  Numbers on a shared machine are noisy: read the RATIOS.  Each throughput
+client first makes one untimed pass over its documents (results dropped), as a long-lived
+client's heap and the in-process baseline (run once before it is timed) are warm; then all
+start together.  The rows with the most clients are run --rounds times, each round with its
+own baseline just before it, and report the median ratio and the range: on this shared
+machine the baseline alone swings by a third from one minute to the next.
 """
 import argparse
 import multiprocessing as mp
@@ -126,7 +125,12 @@ def client_proc(idx, endpoint, docs, expect, mode, window, batch, packed, start,
     out.put((idx, t0, t1, lat, wrong, cpu))
 
 
-def run_clients(endpoint, docs, n_clients, mode, window=8, batch=1, expect=None,
+def batch_list(spec):
+    """--batches "auto,1,16" -> [None, 1, 16] (None: stream's default grouping)."""
+    return [None if b.strip() == "auto" else int(b) for b in spec.split(",") if b.strip()]
+
+
+def run_clients(endpoint, docs, n_clients, mode, window=8, batch=None, expect=None,
                 daemon_pid=None, packed=False):
     """Returns (wall seconds, sorted latencies, wrong-or-missing replies, client CPU seconds,
     daemon CPU seconds from the start of the timed work to the last report, or 0.0 without
@@ -180,13 +184,14 @@ def main():
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--latency-requests", type=int, default=1000)
     ap.add_argument("--loader", default=None)
-    ap.add_argument("--batches", default="1,16,64",
-                    help="documents per request tried with the largest client count "
-                         "(the smaller counts send one document per request)")
+    ap.add_argument("--batches", default="auto,1,16",
+                    help="documents per request tried with the largest client count; auto: "
+                         "Client.stream's default grouping (up to 64 per request), which "
+                         "the smaller counts use")
     ap.add_argument("--rounds", type=int, default=5,
                     help="rounds (baseline, then daemon) of each row with the most clients; "
                          "the row reports their median ratio and range")
-    ap.add_argument("--packed-batches", default="16",
+    ap.add_argument("--packed-batches", default="auto",
                     help="documents per request of extra rows with the largest client count "
                          "whose clients keep the ids packed (Client.stream(packed=True): "
                          "arrays of uint32, no int per id); empty: none")
@@ -243,9 +248,9 @@ def main():
               f"p99 {pct(lat, 99):.3f} ms")
         for n in [int(x) for x in args.clients.split(",")]:
             most = n == max(int(x) for x in args.clients.split(","))
-            kinds = [(int(b), False) for b in args.batches.split(",")] if most else [(1, False)]
+            kinds = [(b, False) for b in batch_list(args.batches)] if most else [(None, False)]
             if most and args.packed_batches:
-                kinds += [(int(b), True) for b in args.packed_batches.split(",")]
+                kinds += [(b, True) for b in batch_list(args.packed_batches)]
             for batch, packed in kinds:
                 # Each round: the in-process baseline, then the daemon right after it.  The
                 # machine is shared and its speed swings by a third within a minute, so one
@@ -265,7 +270,8 @@ def main():
                 _, lat, _, _, _ = run_clients(endpoint, lat_docs, n, "latency")
                 ratios = sorted(g[0] for g in got)
                 rate = statistics.median(g[1] for g in got)
-                rows.append((n, batch, "packed" if packed else "list", rate, mb * rate / len(docs),
+                label = "auto (<= 64)" if batch is None else batch
+                rows.append((n, label, "packed" if packed else "list", rate, mb * rate / len(docs),
                              statistics.median(ratios), ratios[0], ratios[-1], len(got),
                              statistics.median(g[2] for g in got),
                              statistics.median(g[3] for g in got), pct(lat, 50), pct(lat, 99),

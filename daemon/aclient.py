@@ -12,7 +12,7 @@ import zmq
 import zmq.asyncio
 
 from . import protocol as P
-from .client import (STREAM_BATCH_CHARS, DaemonError, DaemonTimeout,
+from .client import (DaemonError, DaemonTimeout, falls_back_per_text, stream_grouping,
                      _ClientBase, parse_reply, reply_ids, request_msg, utf8_bins)
 
 
@@ -168,18 +168,19 @@ class AsyncClient(_ClientBase):
     async def stats(self):
         return await self.request({"op": P.OP_STATS})
 
-    async def stream(self, texts, window=64, *, batch=1, tokenizer=None,
+    async def stream(self, texts, window=64, *, batch=None, tokenizer=None,
                      allowed_special=None, disallowed_special=None, packed=False):
         """Async generator: encodes texts (an iterable or async iterable) with up to `window`
-        requests in flight and yields the ids in input order.  batch > 1: up to that many
-        texts per request; packed=True: arrays of uint32; as Client.stream."""
+        requests in flight and yields the ids in input order.  batch (None: up to 64 texts
+        per request), packed and the errors: as Client.stream."""
         if window < 1:
             raise ValueError("window must be at least 1")
-        if type(batch) is not int or batch < 1:
-            raise ValueError(f"batch must be an int >= 1, not {batch!r}")
-        op = P.OP_ENCODE if batch == 1 else P.OP_ENCODE_BATCH
-        base = self._msg(op, tokenizer, allowed_special=allowed_special,
-                         disallowed_special=disallowed_special, ids=P.IDS_BIN)
+        per_request, max_chars = stream_grouping(batch)
+        op = P.OP_ENCODE if per_request == 1 else P.OP_ENCODE_BATCH
+        opts = dict(tokenizer=tokenizer, allowed_special=allowed_special,
+                    disallowed_special=disallowed_special)
+        base = self._msg(op, tokenizer, ids=P.IDS_BIN, allowed_special=allowed_special,
+                         disallowed_special=disallowed_special)
         if hasattr(texts, "__aiter__"):
             ait = texts.__aiter__()
 
@@ -197,17 +198,17 @@ class AsyncClient(_ClientBase):
                 return False, None
 
         async def next_group():
-            """(more, [texts]): up to `batch` texts and STREAM_BATCH_CHARS characters."""
+            """(more, [texts]): up to per_request texts and max_chars characters."""
             group, size = [], 0
-            while len(group) < batch:
+            while len(group) < per_request:
                 if pending:
                     text = pending.pop()
                 else:
                     more, text = await next_text()
                     if not more:
                         return bool(group), group
-                n = len(text) if isinstance(text, str) else 0
-                if group and size + n > STREAM_BATCH_CHARS:
+                n = len(text) if isinstance(text, (str, bytes, bytearray)) else 0
+                if group and size + n > max_chars:
                     pending.append(text)       # starts the next group
                     break
                 group.append(text)
@@ -215,15 +216,28 @@ class AsyncClient(_ClientBase):
             return True, group
 
         async def one(group):
+            """(the ids of the group's texts, None), or (the ids of the texts before the
+            failing one, its error) when the group was sent again text by text."""
             msg = dict(base)
-            if batch == 1:
+            if per_request == 1:
                 msg["text"] = group[0]
             else:
                 msg["texts"] = utf8_bins(group)
-            rep = await self.request(msg)
-            if batch == 1:
-                return [reply_ids(rep["ids"], packed)]
-            return [reply_ids(ids, packed) for ids in rep["ids"]]
+            try:
+                rep = await self.request(msg)
+            except DaemonError as exc:
+                if not falls_back_per_text(exc, per_request):
+                    raise
+                done = []
+                for text in group:
+                    try:
+                        done.append(await self.encode(text, packed=packed, **opts))
+                    except DaemonError as one_exc:
+                        return done, one_exc
+                return done, None
+            if per_request == 1:
+                return [reply_ids(rep["ids"], packed)], None
+            return [reply_ids(ids, packed) for ids in rep["ids"]], None
 
         pending = []
         tasks = collections.deque()
@@ -236,10 +250,12 @@ class AsyncClient(_ClientBase):
                         tasks.append(asyncio.ensure_future(one(group)))
                 if not tasks:
                     return
-                results = await tasks[0]
+                results, failed = await tasks[0]
                 tasks.popleft()
                 for ids in results:
                     yield ids
+                if failed is not None:
+                    raise failed
         finally:
             for t in tasks:
                 t.cancel()

@@ -136,15 +136,45 @@ def reply_ids(ids, packed=False):
 
 
 STREAM_BATCH_CHARS = 1 << 20   # characters of text per batched stream request (<= 4 MB)
+# stream's default grouping (batch=None): up to this many texts and characters per request.
+# A request carries a fixed cost on both sides (thread hand-offs, system calls, Python), which
+# one 4 KB text per request pays ~5 times over its encoding; at 64 texts it is small.  The
+# daemon encodes a request of up to Handler.SMALL_BATCH (64) texts in one C call.
+STREAM_AUTO_TEXTS = 64
+STREAM_AUTO_CHARS = 256 << 10
+# Errors that one text of a batched stream request can cause.  The stream then sends that
+# request's texts one per request: it yields each text before the failing one and raises the
+# failing text's own error, exactly as with batch=1.
+PER_TEXT_ERRORS = (P.E_BAD_REQUEST, P.E_BAD_MSGPACK, P.E_BAD_UTF8, P.E_TOO_LARGE,
+                   P.E_DISALLOWED)
 
 
-def text_groups(texts, batch):
-    """Yields lists of consecutive texts: up to `batch` texts and STREAM_BATCH_CHARS
-    characters each (a longer text alone)."""
+def stream_grouping(batch):
+    """(texts, characters) per request for stream's `batch`: None is the default grouping
+    (STREAM_AUTO_TEXTS texts, STREAM_AUTO_CHARS characters), an int k >= 1 up to k texts
+    (and STREAM_BATCH_CHARS characters)."""
+    if batch is None:
+        return STREAM_AUTO_TEXTS, STREAM_AUTO_CHARS
+    if type(batch) is not int or batch < 1:
+        raise ValueError(f"batch must be None or an int >= 1, not {batch!r}")
+    return batch, STREAM_BATCH_CHARS
+
+
+def falls_back_per_text(exc, texts_per_request):
+    """True when a batched stream request that failed with exc is to be sent again text by
+    text (see PER_TEXT_ERRORS); never for a timeout, nor with one text per request."""
+    return (texts_per_request > 1 and not isinstance(exc, DaemonTimeout) and
+            getattr(exc, "code", None) in PER_TEXT_ERRORS)
+
+
+def text_groups(texts, batch, max_chars=None):
+    """Yields lists of consecutive texts: up to `batch` texts and max_chars (default
+    STREAM_BATCH_CHARS) characters each (a longer text alone)."""
+    limit = STREAM_BATCH_CHARS if max_chars is None else max_chars
     group, size = [], 0
     for text in texts:
-        n = len(text) if isinstance(text, str) else 0
-        if group and (len(group) >= batch or size + n > STREAM_BATCH_CHARS):
+        n = len(text) if isinstance(text, (str, bytes, bytearray)) else 0
+        if group and (len(group) >= batch or size + n > limit):
             yield group
             group, size = [], 0
         group.append(text)
@@ -380,23 +410,32 @@ class Client(_ClientBase):
     def stats(self):
         return self.request({"op": P.OP_STATS})
 
-    def stream(self, texts, window=64, *, batch=1, tokenizer=None, allowed_special=None,
+    def stream(self, texts, window=64, *, batch=None, tokenizer=None, allowed_special=None,
                disallowed_special=None, packed=False):
         """Encodes every text of an iterable with up to `window` requests in flight; yields
-        the ids in input order (packed=True: arrays of uint32, as encode).  batch > 1 sends
-        up to that many texts per request (an encode_batch of at most STREAM_BATCH_CHARS
-        characters): far fewer round trips for small texts.  An error reply raises
-        DaemonError when its request's first text is reached (with batch > 1 the message
-        names the failing text of that request)."""
+        the ids in input order (packed=True: arrays of uint32, as encode).
+
+        batch: texts per request.  The default (None) groups up to STREAM_AUTO_TEXTS (64)
+        consecutive texts of at most STREAM_AUTO_CHARS characters in all per request, which
+        is several times the throughput of one text per request (bench_daemon.py).  A group is
+        sent once it is full, so a text that arrives from a slow iterator waits for the
+        texts after it: pass batch=1 to send each text as soon as it arrives.  An int k sends
+        up to k texts (and STREAM_BATCH_CHARS characters) per request.
+
+        Errors: a text the daemon refuses (PER_TEXT_ERRORS) raises DaemonError when that text
+        is reached, after the ids of every text before it, whatever the batch: a grouped
+        request that fails so is sent again text by text.  Any other error (a timeout, an
+        unknown tokenizer) raises when its request's first text is reached."""
         if window < 1:
             raise ValueError("window must be at least 1")
-        if type(batch) is not int or batch < 1:
-            raise ValueError(f"batch must be an int >= 1, not {batch!r}")
-        op = P.OP_ENCODE if batch == 1 else P.OP_ENCODE_BATCH
+        per_request, max_chars = stream_grouping(batch)
+        op = P.OP_ENCODE if per_request == 1 else P.OP_ENCODE_BATCH
+        opts = dict(tokenizer=tokenizer, allowed_special=allowed_special,
+                    disallowed_special=disallowed_special)
         base = self._msg(op, tokenizer, allowed_special=allowed_special,
                          disallowed_special=disallowed_special, ids=P.IDS_BIN)
-        groups = text_groups(texts, batch)
-        inflight = collections.deque()
+        groups = text_groups(texts, per_request, max_chars)
+        inflight = collections.deque()     # (request id, its texts)
         exhausted = False
         try:
             while True:
@@ -406,22 +445,31 @@ class Client(_ClientBase):
                         exhausted = True
                         break
                     msg = dict(base)
-                    if batch == 1:
+                    if per_request == 1:
                         msg["text"] = group[0]
                     else:
                         msg["texts"] = utf8_bins(group)
-                    inflight.append(self.submit(msg))
+                    inflight.append((self.submit(msg), group))
                 if not inflight:
                     return
-                rep = self.result(inflight[0])
+                rid, group = inflight[0]
+                try:
+                    rep = self.result(rid)
+                except DaemonError as exc:
+                    if not falls_back_per_text(exc, per_request):
+                        raise
+                    inflight.popleft()
+                    for text in group:           # the failing text raises its own error
+                        yield self.encode(text, packed=packed, **opts)
+                    continue
                 inflight.popleft()
-                if batch == 1:
+                if per_request == 1:
                     yield reply_ids(rep["ids"], packed)
                 else:
                     for ids in rep["ids"]:
                         yield reply_ids(ids, packed)
         finally:
-            for rid in inflight:
+            for rid, _ in inflight:
                 self.forget(rid)
 
     def encode_chunks(self, chunks, *, window=16, tokenizer=None, allowed_special=None,

@@ -697,6 +697,7 @@ class Handler:
 
     # Batches of up to this many texts are encoded on the worker that got them (the worker
     # threads already spread requests over the cores); larger ones use encode_batch's threads.
+    # Client.stream's default grouping (client.STREAM_AUTO_TEXTS) stays within it.
     SMALL_BATCH = 64
 
     def bulk_encoder(self, name, allowed, disallowed, fmt, n_texts):

@@ -12,6 +12,7 @@ from test_daemon_support import LONG, Daemon, corpus_texts, in_process_loader, v
 
 from bpe_cffi.daemon import AsyncClient, Client, DaemonError, DaemonTimeout
 from bpe_cffi.daemon import protocol as P
+from bpe_cffi.daemon.server import Handler
 
 
 @pytest.fixture(scope="module")
@@ -442,34 +443,63 @@ def test_batched_streams(daemon, refs, texts, monkeypatch):
     assert list(client_mod.text_groups(["abc", "de", "f", "ghijklm", "n"], 10)) == \
         [["abc", "de"], ["f"], ["ghijklm"], ["n"]]
     monkeypatch.undo()
+    assert len(texts) > client_mod.STREAM_AUTO_TEXTS
+    assert client_mod.STREAM_AUTO_TEXTS <= Handler.SMALL_BATCH   # one C call per request
+    # the default grouping: up to STREAM_AUTO_TEXTS texts per request
+    default = -(-len(texts) // client_mod.STREAM_AUTO_TEXTS)
     with Client(daemon.endpoint, timeout=30) as c:
-        for batch, window in [(1, 8), (3, 2), (16, 8), (1000, 4)]:
+        for batch, window in [(1, 8), (3, 2), (16, 8), (1000, 4), (None, 8)]:
             before = c.stats()["requests"]
             assert list(c.stream(iter(texts), window=window, batch=batch)) == expect
             sent = c.stats()["requests"] - before - 1          # minus the stats request
-            assert sent == -(-len(texts) // batch)
-        with pytest.raises(ValueError):
-            list(c.stream(texts, batch=0))
-        clean = [t.replace("<|endoftext|>", "") for t in texts[:20]]
-        bad = clean[:10] + ["x <|endoftext|> y"] + clean[10:]
+            assert sent == (-(-len(texts) // batch) if batch else default)
+        before = c.stats()["requests"]
+        assert list(c.stream(texts)) == expect
+        assert c.stats()["requests"] - before - 1 == default
+        for wrong in (0, -1, 2.0, "4"):
+            with pytest.raises(ValueError):
+                list(c.stream(texts, batch=wrong))
+
+    clean = [t.replace("<|endoftext|>", "") for t in texts[:20]]
+    bad = clean[:10] + ["x <|endoftext|> y"] + clean[10:]
+    strict = dict(allowed_special="none", disallowed_special="all")
+    want_before = [tok.encode(t) for t in clean[:10]]
+    # a refused text raises when it is reached, after every text before it, whatever the
+    # grouping (a group that fails is sent again text by text)
+    with Client(daemon.endpoint, timeout=30) as c:
+        for batch in (None, 1, 4, 16):
+            got = []
+            with pytest.raises(DaemonError) as ei:
+                for ids in c.stream(bad, window=2, batch=batch, **strict):
+                    got.append(ids)
+            assert ei.value.code == P.E_DISALLOWED
+            assert got == want_before
+        # a text over the daemon's limit: the texts before it still come out first
         got = []
         with pytest.raises(DaemonError) as ei:
-            for ids in c.stream(bad, window=2, batch=4, allowed_special="none",
-                                disallowed_special="all"):
+            for ids in c.stream(clean[:3] + ["x" * (P.Limits().max_text_bytes + 1)]):
                 got.append(ids)
-        assert ei.value.code == P.E_DISALLOWED and "texts[2]" in ei.value.message
-        assert got == [tok.encode(t) for t in clean[:8]]   # the requests before the bad one
+        assert ei.value.code == P.E_TOO_LARGE and got == want_before[:3]
 
     async def main():
         async with AsyncClient(daemon.endpoint, timeout=10) as c:
-            out = [ids async for ids in c.stream(texts, window=3, batch=7)]
-            assert out == expect
+            for batch in (7, None):
+                out = [ids async for ids in c.stream(texts, window=3, batch=batch)]
+                assert out == expect
 
             async def agen():
                 for t in texts[:30]:
                     yield t
             out = [ids async for ids in c.stream(agen(), window=2, batch=4)]
             assert out == expect[:30]
+            out = [ids async for ids in c.stream(agen())]
+            assert out == expect[:30]
+            for batch in (None, 4):
+                got = []
+                with pytest.raises(DaemonError) as ei:
+                    async for ids in c.stream(bad, window=2, batch=batch, **strict):
+                        got.append(ids)
+                assert ei.value.code == P.E_DISALLOWED and got == want_before
     asyncio.run(main())
 
 
@@ -484,7 +514,9 @@ def test_32_concurrent_streaming_clients(daemon, refs, texts):
         picks = [rng.randrange(len(texts)) for _ in range(per_client)]
         try:
             with Client(daemon.endpoint, timeout=30, retries=1) as c:
-                for i, ids in zip(picks, c.stream((texts[i] for i in picks), window=32)):
+                # batch=1: one request per text, hundreds per client
+                for i, ids in zip(picks, c.stream((texts[i] for i in picks), window=32,
+                                                  batch=1)):
                     if ids != expect[i]:
                         errors.append((k, i))
         except Exception as exc:  # reported below
@@ -509,7 +541,7 @@ def test_several_endpoints_spread_and_fail_over(paths, refs, texts):
     b = Daemon({"cl100k": paths["cl100k"]}, workers=1)
     try:
         with Client([a.endpoint, b.endpoint], timeout=2, retries=3) as c:
-            out = list(c.stream(texts[:100], window=8))
+            out = list(c.stream(texts[:100], window=8, batch=1))   # a request per text
             assert out == [tok.encode(t) for t in texts[:100]]
         ra = Client(a.endpoint).request({"op": "stats"})["requests"]
         rb = Client(b.endpoint).request({"op": "stats"})["requests"]
@@ -523,7 +555,7 @@ def test_several_endpoints_spread_and_fail_over(paths, refs, texts):
             with Client([a.endpoint, b.endpoint], timeout=1.0, retries=6) as c:
                 got = [c.encode(t) for t in texts[:10]]
                 os.kill(b.pid, signal.SIGCONT)
-                got += list(c.stream(texts[10:60], window=8))
+                got += list(c.stream(texts[10:60], window=8, batch=1))
                 assert got == [tok.encode(t) for t in texts[:60]]
         finally:
             os.kill(b.pid, signal.SIGCONT)
