@@ -4,7 +4,8 @@
  * Built once from a bpe_spec, then immutable (see tokenizer.h for the fields):
  *   - every token's bytes copied into one buffer, with an id -> (offset, len) array;
  *   - two bytes -> id hash tables (ordinary tokens, special tokens), open addressing with
- *     linear probing, load <= 1/2, keyed by our own 64-bit hash (tokenizer.h);
+ *     linear probing, load <= 1/2, keyed by our own 64-bit hash (tokenizer.h); a slot holds
+ *     the bytes of a token of up to BPE_SLOT_INLINE bytes itself (bpe_bytes_slot);
  *   - the pair table (left id, right id) -> (rank, new id), open addressing keyed by a
  *     multiplicative hash of the 64-bit pair, load <= 1/2.  For BPE_RULE_MERGES it holds the
  *     merge list (rank = index; a pair listed twice keeps its LAST rank, as HF does).  For
@@ -57,7 +58,31 @@ static int table_insert(bpe_bytes_slot *tab, size_t mask, const bpe_tokenizer *t
     }
     tab[i].hash = (uint32_t)h;
     tab[i].id = id;
+    if (r->len <= BPE_SLOT_INLINE) {
+        tab[i].len = (uint8_t)r->len;
+        memcpy(tab[i].bytes, p, r->len);
+    }
     return 1;
+}
+
+/* Whether slot s (of matching hash) holds the token with the n bytes at p. */
+static int slot_holds(const bpe_bytes_slot *s, const bpe_tokenizer *tok, const uint8_t *p,
+                      size_t n)
+{
+    const bpe_token_ref *r;
+    size_t k;
+    if (s->len != 0) {
+        if (s->len != n)
+            return 0;
+        for (k = 0; k < n; k++)
+            if (s->bytes[k] != p[k])
+                return 0;
+        return 1;
+    }
+    if (n <= BPE_SLOT_INLINE)
+        return 0;   /* a token this short would be in its slot */
+    r = &tok->by_id[s->id];
+    return r->len == n && bpe_bytes_equal(tok->bytes + r->off, p, n);
 }
 
 static uint32_t table_lookup(const bpe_bytes_slot *tab, size_t mask, const bpe_tokenizer *tok,
@@ -68,11 +93,8 @@ static uint32_t table_lookup(const bpe_bytes_slot *tab, size_t mask, const bpe_t
         const bpe_bytes_slot *s = &tab[i];
         if (s->id == BPE_NO_ID)
             return BPE_NO_ID;
-        if (s->hash == (uint32_t)h) {
-            const bpe_token_ref *r = &tok->by_id[s->id];
-            if (r->len == n && bpe_bytes_equal(tok->bytes + r->off, p, n))
-                return s->id;
-        }
+        if (s->hash == (uint32_t)h && slot_holds(s, tok, p, n))
+            return s->id;
         i = (i + 1) & mask;
     }
 }
@@ -99,6 +121,7 @@ static bpe_bytes_slot *new_table(size_t n, size_t *mask)
     bpe_bytes_slot *t = bpe_table_alloc(size * sizeof *t);
     if (t == NULL)
         return NULL;
+    memset(t, 0, size * sizeof *t);
     for (i = 0; i < size; i++)
         t[i].id = BPE_NO_ID;
     *mask = size - 1;

@@ -35,10 +35,18 @@ typedef struct bpe_token_ref {
     uint32_t len;       /* byte length; 0 means "no token has this id" */
 } bpe_token_ref;
 
-/* One slot of the bytes -> id table (open addressing, linear probing). */
+/* Tokens of at most this many bytes are kept in their slot of a bytes -> id table. */
+#define BPE_SLOT_INLINE 7
+
+/* One slot of the bytes -> id table (open addressing, linear probing): 16 bytes, so a slot
+ * never straddles a cache line.  A short token's bytes sit in the slot itself, and looking it
+ * up reads nothing else; a longer one is compared through by_id and the byte buffer, two
+ * more dependent cache misses (most whole-token lookups of prose are of short tokens). */
 typedef struct bpe_bytes_slot {
-    uint32_t hash;      /* low 32 bits of the bytes' hash, to skip most memcmp calls */
+    uint32_t hash;      /* low 32 bits of the bytes' hash, to skip most comparisons */
     uint32_t id;        /* BPE_NO_ID when the slot is free */
+    uint8_t len;        /* the token's length when <= BPE_SLOT_INLINE, else 0 */
+    uint8_t bytes[BPE_SLOT_INLINE];   /* its bytes when len != 0 */
 } bpe_bytes_slot;
 
 struct bpe_tokenizer {
