@@ -192,10 +192,19 @@ static int gather(bpe_ids *parts, size_t n, bpe_ids *out, size_t *out_ends)
     return BPE_OK;
 }
 
+/* 1 if the n text ends never go backwards (texts laid end to end). */
+static int ends_ascend(const size_t *ends, size_t n)
+{
+    size_t i;
+    for (i = 1; i < n; i++)
+        if (ends[i] < ends[i - 1])
+            return 0;
+    return 1;
+}
+
 /* bpe_encode_batch_flat on the calling thread alone: every text straight into *out with one
  * work slot, no buffer per text and no gathering (the daemon's requests of a few dozen texts
- * come this way).  The texts are checked before any is encoded, so a bad argument changes
- * nothing; on an encoding error *out is cut back to its length on entry. */
+ * come this way).  On an encoding error *out is cut back to its length on entry. */
 static int flat_on_caller(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
                           const size_t *ends, const uint8_t *special_mode, bpe_ids *out,
                           size_t *out_ends, size_t *info)
@@ -203,9 +212,6 @@ static int flat_on_caller(const bpe_tokenizer *tok, size_t n, const uint8_t *dat
     size_t old = out->len, start = 0, i, special = 0;
     bpe_work w;
     int rc = BPE_OK;
-    for (i = 0; i < n; i++)
-        if (ends[i] < (i ? ends[i - 1] : 0))
-            return BPE_ERR_ARG;
     bpe_work_open(tok, &w);
     for (i = 0; i < n && rc == BPE_OK; i++) {
         if (ends[i] > start)
@@ -234,8 +240,8 @@ int bpe_encode_batch_flat(const bpe_tokenizer *tok, size_t n, const uint8_t *dat
         return BPE_ERR_ARG;
     if (n == 0)
         return bpe_encode_batch(tok, 0, NULL, NULL, special_mode, n_threads, NULL, info);
-    if (tok->pattern == BPE_PATTERN_EXTERNAL)
-        return BPE_ERR_ARG;
+    if (!ends_ascend(ends, n) || tok->pattern == BPE_PATTERN_EXTERNAL)
+        return BPE_ERR_ARG;   /* checked before anything is encoded: nothing changes */
     if ((rc = bpe_check_mode(tok, special_mode)) != BPE_OK)
         return rc;
     if (batch_threads(n_threads, n, ends[n - 1]) == 1)
@@ -245,8 +251,6 @@ int bpe_encode_batch_flat(const bpe_tokenizer *tok, size_t n, const uint8_t *dat
     parts = calloc(n, sizeof *parts);
     rc = (texts && lens && parts) ? BPE_OK : BPE_ERR_NOMEM;
     for (i = 0; rc == BPE_OK && i < n; i++) {
-        if (ends[i] < start)
-            rc = BPE_ERR_ARG;
         texts[i] = data + start;
         lens[i] = ends[i] - start;
         start = ends[i];
