@@ -71,10 +71,11 @@ def _send_parts(sock, parts):
     sock.send(parts[last])
 
 
-def _recv_parts(sock):
-    """sock.recv_multipart(copy=False) (zmq.Frames, read in place), without its enum
-    flags and a getsockopt per frame."""
-    f = sock.recv(copy=False)
+def _recv_parts(sock, flags=0):
+    """sock.recv_multipart(flags, copy=False) (zmq.Frames, read in place), without its enum
+    flags and a getsockopt per frame.  flags apply to the first frame (NOBLOCK: zmq.Again
+    when there is no message); the others are there once it is."""
+    f = sock.recv(flags, copy=False)
     parts = [f]
     while f.more:
         f = sock.recv(copy=False)
@@ -1339,13 +1340,9 @@ class Server:
                 if sock is be:
                     while be.get(EVENTS) & POLLIN:    # no zmq.Again raised per wake-up
                         try:   # Frames: a reply goes on to its client without a copy
-                            f = be.recv(NOBLOCK, copy=False)
+                            frames = _recv_parts(be, NOBLOCK)
                         except zmq.Again:             # pragma: no cover - EVENTS said ready
                             break
-                        frames = [f]
-                        while f.more:
-                            f = be.recv(copy=False)
-                            frames.append(f)
                         wid = frames[0].bytes
                         job = busy.pop(wid, None)
                         if job is not None:
