@@ -12,8 +12,9 @@ import zmq
 import zmq.asyncio
 
 from . import protocol as P
-from .client import (DaemonError, DaemonTimeout, falls_back_per_text, stream_grouping,
-                     _ClientBase, parse_reply, reply_ids, request_msg, utf8_bins)
+from .client import (DaemonError, DaemonTimeout, _ClientBase, falls_back_per_text,
+                     group_ids, group_request, parse_reply, reply_ids, request_msg,
+                     stream_grouping, text_size, utf8_bins)
 
 
 class AsyncClient(_ClientBase):
@@ -179,8 +180,7 @@ class AsyncClient(_ClientBase):
         op = P.OP_ENCODE if per_request == 1 else P.OP_ENCODE_BATCH
         opts = dict(tokenizer=tokenizer, allowed_special=allowed_special,
                     disallowed_special=disallowed_special)
-        base = self._msg(op, tokenizer, ids=P.IDS_BIN, allowed_special=allowed_special,
-                         disallowed_special=disallowed_special)
+        base = self._msg(op, ids=P.IDS_BIN, **opts)
         if hasattr(texts, "__aiter__"):
             ait = texts.__aiter__()
 
@@ -207,7 +207,7 @@ class AsyncClient(_ClientBase):
                     more, text = await next_text()
                     if not more:
                         return bool(group), group
-                n = len(text) if isinstance(text, (str, bytes, bytearray)) else 0
+                n = text_size(text)
                 if group and size + n > max_chars:
                     pending.append(text)       # starts the next group
                     break
@@ -218,13 +218,8 @@ class AsyncClient(_ClientBase):
         async def one(group):
             """(the ids of the group's texts, None), or (the ids of the texts before the
             failing one, its error) when the group was sent again text by text."""
-            msg = dict(base)
-            if per_request == 1:
-                msg["text"] = group[0]
-            else:
-                msg["texts"] = utf8_bins(group)
             try:
-                rep = await self.request(msg)
+                rep = await self.request(group_request(base, group, per_request))
             except DaemonError as exc:
                 if not falls_back_per_text(exc, per_request):
                     raise
@@ -235,9 +230,7 @@ class AsyncClient(_ClientBase):
                     except DaemonError as one_exc:
                         return done, one_exc
                 return done, None
-            if per_request == 1:
-                return [reply_ids(rep["ids"], packed)], None
-            return [reply_ids(ids, packed) for ids in rep["ids"]], None
+            return group_ids(rep, per_request, packed), None
 
         pending = []
         tasks = collections.deque()

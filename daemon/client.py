@@ -167,13 +167,37 @@ def falls_back_per_text(exc, texts_per_request):
             getattr(exc, "code", None) in PER_TEXT_ERRORS)
 
 
+def text_size(text):
+    """What a text counts towards a stream group's characters: its length (characters of a
+    str, bytes of bytes), 0 for anything else (the daemon refuses it)."""
+    return len(text) if isinstance(text, (str, bytes, bytearray)) else 0
+
+
+def group_request(base, group, per_request):
+    """The request of one stream group: base (a request dict without the text) with the
+    group's one text, or with all its texts as UTF-8 bins when per_request > 1."""
+    msg = dict(base)
+    if per_request == 1:
+        msg["text"] = group[0]
+    else:
+        msg["texts"] = utf8_bins(group)
+    return msg
+
+
+def group_ids(rep, per_request, packed):
+    """The ids of each text of a stream group from its request's reply (group_request)."""
+    if per_request == 1:
+        return [reply_ids(rep["ids"], packed)]
+    return [reply_ids(ids, packed) for ids in rep["ids"]]
+
+
 def text_groups(texts, batch, max_chars=None):
     """Yields lists of consecutive texts: up to `batch` texts and max_chars (default
     STREAM_BATCH_CHARS) characters each (a longer text alone)."""
     limit = STREAM_BATCH_CHARS if max_chars is None else max_chars
     group, size = [], 0
     for text in texts:
-        n = len(text) if isinstance(text, (str, bytes, bytearray)) else 0
+        n = text_size(text)
         if group and (len(group) >= batch or size + n > limit):
             yield group
             group, size = [], 0
@@ -432,8 +456,7 @@ class Client(_ClientBase):
         op = P.OP_ENCODE if per_request == 1 else P.OP_ENCODE_BATCH
         opts = dict(tokenizer=tokenizer, allowed_special=allowed_special,
                     disallowed_special=disallowed_special)
-        base = self._msg(op, tokenizer, allowed_special=allowed_special,
-                         disallowed_special=disallowed_special, ids=P.IDS_BIN)
+        base = self._msg(op, ids=P.IDS_BIN, **opts)
         groups = text_groups(texts, per_request, max_chars)
         inflight = collections.deque()     # (request id, its texts)
         exhausted = False
@@ -444,12 +467,8 @@ class Client(_ClientBase):
                     if group is None:
                         exhausted = True
                         break
-                    msg = dict(base)
-                    if per_request == 1:
-                        msg["text"] = group[0]
-                    else:
-                        msg["texts"] = utf8_bins(group)
-                    inflight.append((self.submit(msg), group))
+                    inflight.append((self.submit(group_request(base, group, per_request)),
+                                     group))
                 if not inflight:
                     return
                 rid, group = inflight[0]
@@ -463,11 +482,7 @@ class Client(_ClientBase):
                         yield self.encode(text, packed=packed, **opts)
                     continue
                 inflight.popleft()
-                if per_request == 1:
-                    yield reply_ids(rep["ids"], packed)
-                else:
-                    for ids in rep["ids"]:
-                        yield reply_ids(ids, packed)
+                yield from group_ids(rep, per_request, packed)
         finally:
             for rid, _ in inflight:
                 self.forget(rid)
