@@ -236,6 +236,7 @@ def main():
     rows = []
     try:
         from bpe_cffi.daemon import Client
+        from bpe_cffi.daemon.client import STREAM_AUTO_TEXTS
         with Client(endpoint) as c:
             c.encode("warm up")
             lat = []
@@ -270,7 +271,7 @@ def main():
                 _, lat, _, _, _ = run_clients(endpoint, lat_docs, n, "latency")
                 ratios = sorted(g[0] for g in got)
                 rate = statistics.median(g[1] for g in got)
-                label = "auto (<= 64)" if batch is None else batch
+                label = f"auto (<= {STREAM_AUTO_TEXTS})" if batch is None else batch
                 rows.append((n, label, "packed" if packed else "list", rate, mb * rate / len(docs),
                              statistics.median(ratios), ratios[0], ratios[-1], len(got),
                              statistics.median(g[2] for g in got),
