@@ -70,8 +70,8 @@ def test_packed_bytes_and_bad_input():
 
 
 def test_packed_bytes_every_short_length():
-    """ids_from_le_bytes loads ids ahead of the one it converts: every length around that
-    look-ahead (and odd offsets: a memoryview slice) gives the plain decoding."""
+    """ids_from_le_bytes reads each id from any alignment: every short length, at an odd
+    offset (a memoryview slice), gives the plain decoding."""
     rng = random.Random(4)
     _idcache.reserve(200_000)
     for n in range(0, 80):

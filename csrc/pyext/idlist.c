@@ -126,51 +126,20 @@ static PyObject *extend_cache(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* How far ahead make_list and ids_from_le_bytes start loading what an id will touch: its
- * slot in the cache list's items (0.8 MB for 100k ints), which the encoder (in the same
- * process) or other processes (a daemon client) push out of the CPU caches between two
- * calls.  Id i + AHEAD gets its slot prefetched so that the waits overlap instead of adding
- * up; without pinning (see "Pinned ints") the int itself, whose count is written, too.
- * Prefetches only hint: results never depend on them. */
-#define AHEAD 16
-#if defined(__GNUC__)
-#define PREFETCH_READ(a) __builtin_prefetch((a), 0, 3)
-#define PREFETCH_WRITE(a) __builtin_prefetch((a), 1, 3)
-#else
-#define PREFETCH_READ(a) ((void)(a))
-#define PREFETCH_WRITE(a) ((void)(a))
-#endif
-
-/* Starts loading what the id `id`, due AHEAD ids from now, will touch. */
-static void prefetch_id(const cached_ints *c, uint32_t id)
+/* A new list of the n ids at ids[0..n), or NULL with an exception. */
+static PyObject *make_list(const uint32_t *ids, Py_ssize_t n, const cached_ints *c)
 {
-    if ((Py_ssize_t)id < c->n) {
-        PREFETCH_READ(&c->items[id]);
-#if !defined(PIN_COUNT)
-        PREFETCH_WRITE(c->items[id]);   /* a second miss if the slot has not arrived yet */
-#endif
-    }
-}
-
-/* A new list of the n ids at ids[0..n), or NULL with an exception.  ids[n..avail) may be
- * read ahead (prefetch only): the ids of the lists that follow. */
-static PyObject *make_list(const uint32_t *ids, Py_ssize_t n, Py_ssize_t avail,
-                           const cached_ints *c)
-{
-    PyObject *out = PyList_New(n);
+    const cached_ints cached = *c;   /* a local copy: the stores below cannot change it */
+    PyObject *out = PyList_New(n), **items;
     Py_ssize_t i;
     if (out == NULL)
         return NULL;
-    for (i = 0; i < n; i++) {
-        PyObject *o;
-        if (i + AHEAD < avail)
-            prefetch_id(c, ids[i + AHEAD]);
-        if ((o = id_object(c, ids[i])) == NULL) {
-            Py_DECREF(out);
+    items = ((PyListObject *)out)->ob_item;
+    for (i = 0; i < n; i++)
+        if ((items[i] = id_object(&cached, ids[i])) == NULL) {
+            Py_DECREF(out);      /* the items not set yet are still NULL */
             return NULL;
         }
-        PyList_SET_ITEM(out, i, o);
-    }
     PyObject_GC_UnTrack(out);   /* only ints: see "Garbage collection" above */
     return out;
 }
@@ -182,13 +151,6 @@ static int check_cache(PyObject *cache)
         return -1;
     }
     return 0;
-}
-
-/* How many ids from start a list ending at end may read ahead: up to last_end, the end of
- * the buffer's last list, unless the ends are out of order (the caller then stops). */
-static Py_ssize_t readable(size_t last_end, size_t end, size_t start)
-{
-    return (Py_ssize_t)((last_end >= end ? last_end : end) - start);
 }
 
 /* ids_list(address, n, cache) -> list of the n uint32 ids at address. */
@@ -206,7 +168,7 @@ static PyObject *ids_list(PyObject *self, PyObject *args)
         return NULL;
     }
     c = cached_now(cache);
-    return make_list((const uint32_t *)(uintptr_t)address, n, n, &c);
+    return make_list((const uint32_t *)(uintptr_t)address, n, &c);
 }
 
 /* Lists of the ids of texts [0, n_texts) of a buffer: text k's ids are
@@ -224,8 +186,7 @@ static int place_lists(PyObject *out, Py_ssize_t at, const uint32_t *ids, const 
             PyErr_SetString(PyExc_ValueError, "id ends go backwards");
             return -1;
         }
-        part = make_list(ids + start, (Py_ssize_t)(ends[k] - start),
-                         readable(ends[n_texts - 1], ends[k], start), c);
+        part = make_list(ids + start, (Py_ssize_t)(ends[k] - start), c);
         if (part == NULL)
             return -1;
         old = PyList_GET_ITEM(out, at + k);     /* NULL unless a group came twice */
@@ -360,15 +321,11 @@ static PyObject *ids_from_le_bytes(PyObject *self, PyObject *args)
     n = view.len / 4;
     if ((out = PyList_New(n)) != NULL) {
         const unsigned char *p = view.buf;
-        cached_ints c = cached_now(cache);
-        for (i = 0; i < n; i++, p += 4) {
-            PyObject *o;
-            if (i + AHEAD < n)
-                prefetch_id(&c, le32_at(p + 4 * AHEAD));
-            if ((o = id_object(&c, le32_at(p))) == NULL)
+        const cached_ints c = cached_now(cache);
+        PyObject **items = ((PyListObject *)out)->ob_item;
+        for (i = 0; i < n; i++, p += 4)
+            if ((items[i] = id_object(&c, le32_at(p))) == NULL)
                 break;
-            PyList_SET_ITEM(out, i, o);
-        }
         if (i < n)
             Py_CLEAR(out);
         else
