@@ -60,6 +60,13 @@ def ascii_address(text) -> int:
     return _idlist.ascii_address(text) if FAST else 0
 
 
+def text_units(texts: list):
+    """(starts, ends, kinds) locating the characters of each str of texts where CPython keeps
+    them, for bpe_batch_start (see text_units in idlist.c), or None for an item that is not
+    exactly a str, or without the helper.  Valid while the caller holds texts."""
+    return _idlist.text_units(texts) if FAST else None
+
+
 def text_views(texts: list):
     """(side, starts, ends) locating the UTF-8 of each str of texts (ASCII ones in place, the
     others written into the bytes side), or None for an item that is not exactly a str or

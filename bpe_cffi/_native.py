@@ -43,6 +43,6 @@ def raise_for(code: int, context: str = "") -> None:
     if code == lib.BPE_ERR_CANCELLED:
         raise KeyboardInterrupt(message)
     if code in (lib.BPE_ERR_ARG, lib.BPE_ERR_VOCAB, lib.BPE_ERR_MERGE, lib.BPE_ERR_ID,
-                lib.BPE_ERR_DISALLOWED, lib.BPE_ERR_NOBYTE, lib.BPE_ERR_TOOBIG):
+                lib.BPE_ERR_DISALLOWED, lib.BPE_ERR_NOBYTE, lib.BPE_ERR_TOOBIG, lib.BPE_ERR_TEXT):
         raise ValueError(message)
     raise BPEError(code, message)

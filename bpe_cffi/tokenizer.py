@@ -846,20 +846,20 @@ class Tokenizer:
             return [self._encode_py(_utf8(t), mode) for t in texts]
         # C encodes groups of the texts on worker threads while this thread turns the groups
         # already done into lists (bpe_batch_next), so the int-making, which needs the GIL,
-        # overlaps the encoding instead of following it.  C reads ASCII strs where they lie and
-        # the other texts' UTF-8 from `side`: texts and side stay referenced here until the
-        # job is finished.
-        views = _idcache.text_views(texts)
-        if views is not None:
-            side, starts, ends = views
+        # overlaps the encoding instead of following it.  C reads every str where it lies
+        # (its encoders write the UTF-8 of the non-ASCII ones, lone surrogates as U+FFFD like
+        # _utf8): texts stays referenced here until the job is finished.
+        units = _idcache.text_units(texts)
+        if units is not None:
+            starts, ends, kinds = units
             joined, starts = ffi.NULL, ffi.from_buffer("uint8_t *[]", starts)
-            ends = ffi.from_buffer("size_t[]", ends)
-        else:                            # refused by the helper's C join as well
+            ends, kinds = ffi.from_buffer("size_t[]", ends), ffi.from_buffer("uint8_t[]", kinds)
+        else:                            # not all exact strs, or no helper extension
             joined, ends = _join_utf8_py(texts)
-            starts = ffi.NULL
+            starts = kinds = ffi.NULL
         job_p = ffi.new("bpe_batch_job **")
-        rc = lib.bpe_batch_start(self._handle(), n, joined, starts, ends, mode, num_threads,
-                                 job_p)
+        rc = lib.bpe_batch_start(self._handle(), n, joined, starts, ends, kinds, mode,
+                                 num_threads, job_p)
         if rc:
             raise_for(rc, "encode_batch")
         job = job_p[0]

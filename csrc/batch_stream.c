@@ -18,8 +18,11 @@
  * bounds the wait for a descheduled worker by the time to encode one group.
  *
  * Data structure.  The texts, laid end to end as for bpe_encode_batch_flat (or each where it
- * lies, given by `starts`: Python's ASCII strs are read in place), are cut into
- * groups of consecutive whole texts of about GROUP_BYTES each.  Groups are claimed in
+ * lies, given by `starts`: Python's strs are read in place, and `kinds` says how each stores
+ * its characters), are cut into groups of consecutive whole texts of about GROUP_BYTES each
+ * (a text of n code units of width w counting n * w bytes).  An encoder turns a text that
+ * is not UTF-8 into UTF-8 in a scratch buffer of its own just before encoding it, so that
+ * work is spread over the threads instead of done by the caller before any thread starts.  Groups are claimed in
  * increasing order from one atomic counter (next_claim), by workers and by the caller alike.
  * An encoder works into its own buffers and then publishes them into the group; `finished`
  * lists the groups in the order they were published, and the caller returns them from it.
@@ -45,6 +48,7 @@
 #include "batch.h"
 #include "encode.h"
 #include "tokenizer.h"
+#include "utf8.h"
 
 #define GROUP_BYTES (64 * 1024)
 #define MIN_BYTES_PER_WORKER (64 * 1024)
@@ -70,7 +74,9 @@ struct bpe_batch_job {
     const uint8_t *const *starts;   /* or, when not NULL, where each text starts (data
                                        unused) */
     const size_t *ends;          /* end of each text in data: running total of the lengths */
+    const uint8_t *kinds;        /* BPE_TEXT_* of each text, or NULL: all UTF-8 */
     const uint8_t *mode;         /* special_mode */
+    size_t total_size;           /* the sum of text_size over the texts */
     size_t n_groups;
     group *groups;
     size_t next_claim;           /* next group index to claim (atomic) */
@@ -129,22 +135,48 @@ static const uint8_t *text_at(const bpe_batch_job *job, size_t i, size_t start)
     return job->starts != NULL ? job->starts[i] : job->data + start;
 }
 
+/* How text i stores its characters (BPE_TEXT_*). */
+static int text_kind(const bpe_batch_job *job, size_t i)
+{
+    return job->kinds != NULL ? job->kinds[i] : BPE_TEXT_UTF8;
+}
+
+/* Points *text and *len at the UTF-8 of text i, which starts at `start`: where it lies, or
+ * written into *scratch (emptied first) from another storage kind. */
+static int text_utf8(const bpe_batch_job *job, size_t i, size_t start, bpe_bytes *scratch,
+                     const uint8_t **text, size_t *len)
+{
+    int kind = text_kind(job, i), rc;
+    *text = text_at(job, i, start);
+    *len = job->ends[i] - start;
+    if (kind == BPE_TEXT_UTF8)
+        return BPE_OK;
+    scratch->len = 0;
+    if ((rc = bpe_utf8_from_units(*text, *len, kind, scratch)) != BPE_OK)
+        return rc;
+    *text = scratch->data;
+    *len = scratch->len;
+    return BPE_OK;
+}
+
 /* Encodes every text of group g with the work area w into fresh buffers and publishes them. */
 static void encode_group(bpe_batch_job *job, bpe_work *w, group *g)
 {
     bpe_ids ids = {NULL, 0, 0};
+    bpe_bytes scratch = {NULL, 0, 0};
     size_t k, info = 0, bad = 0, *id_ends = malloc(g->count * sizeof *id_ends);
     int rc = id_ends != NULL ? BPE_OK : BPE_ERR_NOMEM;
     for (k = 0; k < g->count && rc == BPE_OK; k++) {
-        size_t i = g->first + k, start = text_start(job, i);
-        size_t len = job->ends[i] - start;
-        if (len)
-            rc = bpe_encode_work(job->tok, w, text_at(job, i, start), len, job->mode, &ids,
-                                 &info, &job->cancel);
+        size_t i = g->first + k, len;
+        const uint8_t *text;
+        rc = text_utf8(job, i, text_start(job, i), &scratch, &text, &len);
+        if (rc == BPE_OK && len)
+            rc = bpe_encode_work(job->tok, w, text, len, job->mode, &ids, &info, &job->cancel);
         if (rc != BPE_OK)
             bad = i;
         id_ends[k] = ids.len;
     }
+    bpe_bytes_free(&scratch);
     if (rc == BPE_ERR_NOMEM && id_ends == NULL)
         bad = g->first;
     publish(job, g, &ids, id_ends, rc, bad);
@@ -172,16 +204,37 @@ static void *worker_main(void *p)
     return NULL;
 }
 
-/* Cuts the texts into groups of about GROUP_BYTES; BPE_ERR_ARG on decreasing ends. */
+/* The size text i counts for when the texts are cut into groups: its code units times their
+ * width (UTF-8 and Latin-1: one byte each). */
+static size_t text_size(const bpe_batch_job *job, size_t i)
+{
+    int kind = text_kind(job, i);
+    return (job->ends[i] - text_start(job, i)) * (kind == BPE_TEXT_UTF8 ? 1 : (size_t)kind);
+}
+
+/* 1 if text i's storage kind is known and its start is aligned to its width. */
+static int kind_ok(const bpe_batch_job *job, size_t i)
+{
+    int kind = text_kind(job, i);
+    if (kind == BPE_TEXT_UTF8 || kind == BPE_TEXT_LATIN1)
+        return 1;
+    return (kind == BPE_TEXT_UCS2 || kind == BPE_TEXT_UCS4) &&
+           (uintptr_t)job->starts[i] % (uintptr_t)kind == 0;
+}
+
+/* Cuts the texts into groups of about GROUP_BYTES and sets job->total_size; BPE_ERR_ARG on
+ * decreasing ends or a bad kind. */
 static int make_groups(bpe_batch_job *job, size_t n)
 {
-    size_t i, n_groups = 0, group_start = 0;
+    size_t i, n_groups = 0, size = 0;
     for (i = 0; i < n; i++) {
-        if (job->ends[i] < text_start(job, i))
+        if (job->ends[i] < text_start(job, i) || !kind_ok(job, i))
             return BPE_ERR_ARG;
-        if (job->ends[i] - group_start >= GROUP_BYTES || i + 1 == n) {
+        size += text_size(job, i);
+        job->total_size += text_size(job, i);
+        if (size >= GROUP_BYTES || i + 1 == n) {
             n_groups++;
-            group_start = job->ends[i];
+            size = 0;
         }
     }
     job->groups = calloc(n_groups, sizeof *job->groups);
@@ -190,14 +243,15 @@ static int make_groups(bpe_batch_job *job, size_t n)
         return BPE_ERR_NOMEM;
     job->n_groups = n_groups;
     n_groups = 0;
-    group_start = 0;
+    size = 0;
     for (i = 0; i < n; i++) {
         group *g = &job->groups[n_groups];
         if (g->count++ == 0)
             g->first = i;
-        if (job->ends[i] - group_start >= GROUP_BYTES || i + 1 == n) {
+        size += text_size(job, i);
+        if (size >= GROUP_BYTES || i + 1 == n) {
             n_groups++;
-            group_start = job->ends[i];
+            size = 0;
         }
     }
     return BPE_OK;
@@ -219,7 +273,7 @@ static void start_workers(bpe_batch_job *job, int n_threads, size_t total_bytes)
 }
 
 int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
-                    const uint8_t *const *starts, const size_t *ends,
+                    const uint8_t *const *starts, const size_t *ends, const uint8_t *kinds,
                     const uint8_t *special_mode, int n_threads, bpe_batch_job **out)
 {
     bpe_batch_job *job;
@@ -227,7 +281,8 @@ int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
     if (out == NULL)
         return BPE_ERR_ARG;
     *out = NULL;
-    if (tok == NULL || (n && ((data == NULL && starts == NULL) || ends == NULL)))
+    if (tok == NULL || (n && ((data == NULL && starts == NULL) || ends == NULL)) ||
+        (kinds != NULL && starts == NULL))
         return BPE_ERR_ARG;
     if (tok->pattern == BPE_PATTERN_EXTERNAL)
         return BPE_ERR_ARG;
@@ -239,6 +294,7 @@ int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
     job->data = data;
     job->starts = starts;
     job->ends = ends;
+    job->kinds = kinds;
     job->mode = special_mode;
     job->first_failed = NONE;
     job->last_out = NONE;
@@ -249,7 +305,7 @@ int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
         bpe_batch_finish(job);
         return rc;
     }
-    start_workers(job, n_threads, n ? ends[n - 1] : 0);
+    start_workers(job, n_threads, job->total_size);
     *out = job;
     return BPE_OK;
 }

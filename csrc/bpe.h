@@ -37,6 +37,8 @@
 #define BPE_ERR_THREAD 9       /* a thread could not be started */
 #define BPE_ERR_TOOBIG 10      /* a size overflows (text > 4 GiB per piece, too many ids) */
 #define BPE_ERR_NOBYTE 11      /* a byte of the text has no token (vocab lacks single bytes) */
+#define BPE_ERR_TEXT 12        /* a text has a code point above U+10FFFF (bpe_batch_start's
+                                  UCS-4 texts) */
 
 const char *bpe_strerror(int code);
 
@@ -185,11 +187,16 @@ int bpe_encode_batch_flat(const bpe_tokenizer *tok, size_t n, const uint8_t *dat
                           bpe_ids *out, size_t *out_ends, size_t *info);
 
 /* A batch collected while it is encoded (batch_stream.c): bpe_batch_start cuts the texts
- * (laid end to end as for bpe_encode_batch_flat, or, when starts is not NULL, text i at
- * starts[i], of ends[i] - ends[i - 1] bytes, and data unused; whatever is given must stay
- * alive and unchanged until bpe_batch_finish) into groups of consecutive texts and starts n_threads - 1 worker
- * threads (0: one per core, fewer for small batches).  Each bpe_batch_next returns a
- * finished group, in the order groups finish (NOT input order: place them by *first): its
+ * into groups of consecutive texts and starts n_threads - 1 worker threads (0: one per core,
+ * fewer for small batches).  The texts are either laid end to end as for
+ * bpe_encode_batch_flat (starts and kinds NULL), or text i lies at starts[i] (data unused)
+ * with ends[i] - ends[i - 1] code units: bytes of UTF-8 when kinds is NULL, else of the
+ * storage kinds[i] says (BPE_TEXT_*, below; an encoder turns such a text into UTF-8 itself:
+ * a high surrogate followed by a low one is the character they make in UTF-16, any other
+ * surrogate is U+FFFD, as bpe_cffi's Python layer and tiktoken encode a str; a code point
+ * above U+10FFFF fails the text with BPE_ERR_TEXT).  Whatever is given must stay alive and
+ * unchanged until bpe_batch_finish.  Each bpe_batch_next returns a finished group, in the
+ * order groups finish (NOT input order: place them by *first): its
  * texts first .. first + count - 1, their ids back to back in *ids, and the end of each
  * text's ids in *id_ends (count entries); *count is 0 once every group was returned.  While
  * no group is finished the calling thread encodes one itself.  The pointers are valid until
@@ -198,10 +205,15 @@ int bpe_encode_batch_flat(const bpe_tokenizer *tok, size_t n, const uint8_t *dat
  * returned before it may lie after the failing text.  bpe_batch_finish stops and
  * joins the workers and frees everything; call it exactly once per started job (NULL is
  * fine), also after an error or an early exit. */
+#define BPE_TEXT_UTF8 0     /* bytes of UTF-8 (an ASCII text too) */
+#define BPE_TEXT_LATIN1 1   /* one byte per character, U+0000..U+00FF */
+#define BPE_TEXT_UCS2 2     /* one uint16_t per character (2-aligned) */
+#define BPE_TEXT_UCS4 4     /* one uint32_t per character (4-aligned), up to U+10FFFF */
+
 typedef struct bpe_batch_job bpe_batch_job;
 
 int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
-                    const uint8_t *const *starts, const size_t *ends,
+                    const uint8_t *const *starts, const size_t *ends, const uint8_t *kinds,
                     const uint8_t *special_mode, int n_threads, bpe_batch_job **out);
 int bpe_batch_next(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
                    const size_t **id_ends, size_t *info);

@@ -28,6 +28,7 @@ const char *bpe_strerror(int code)
     case BPE_ERR_THREAD: return "could not start a thread";
     case BPE_ERR_TOOBIG: return "size too large";
     case BPE_ERR_NOBYTE: return "a byte of the text has no token in the vocabulary";
+    case BPE_ERR_TEXT: return "a text has a code point above U+10FFFF";
     default: return "unknown error";
     }
 }

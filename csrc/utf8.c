@@ -13,6 +13,14 @@
  * Replacement follows Python's bytes.decode("utf-8", errors="replace"): each MAXIMAL SUBPART of
  * an ill-formed sequence (the longest prefix of a well-formed sequence found at that point, or
  * else one byte) becomes one U+FFFD.
+ *
+ * bpe_utf8_from_units writes the UTF-8 of characters stored one code unit each, as CPython
+ * keeps a str (Latin-1, UCS-2 or UCS-4 by its widest character): 00..7F take one byte,
+ * ..7FF two, ..FFFF three, the rest four.  Surrogates D800..DFFF have no UTF-8 of their own:
+ * a high one (D800..DBFF) followed by a low one (DC00..DFFF) is the character the two make in
+ * UTF-16, and any other becomes U+FFFD.  That is what bpe_cffi's Python layer does with a str
+ * holding lone surrogates (UTF-16 with surrogatepass, decoded with errors="replace"), and
+ * what tiktoken does.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -125,5 +133,113 @@ int bpe_utf8_replace_invalid(const uint8_t *buf, size_t len, bpe_bytes *out)
         out->len += 3;                                         /* subpart (>= 1 byte)    */
         i += got ? got : 1;
     }
+    return BPE_OK;
+}
+
+/* Writes the UTF-8 of code point c (not a surrogate, at most U+10FFFF) at o; returns the end. */
+static uint8_t *put_char(uint32_t c, uint8_t *o)
+{
+    if (c < 0x80) {
+        *o++ = (uint8_t)c;
+    } else if (c < 0x800) {
+        *o++ = (uint8_t)(0xC0 | c >> 6);
+        *o++ = (uint8_t)(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+        *o++ = (uint8_t)(0xE0 | c >> 12);
+        *o++ = (uint8_t)(0x80 | (c >> 6 & 0x3F));
+        *o++ = (uint8_t)(0x80 | (c & 0x3F));
+    } else {
+        *o++ = (uint8_t)(0xF0 | c >> 18);
+        *o++ = (uint8_t)(0x80 | (c >> 12 & 0x3F));
+        *o++ = (uint8_t)(0x80 | (c >> 6 & 0x3F));
+        *o++ = (uint8_t)(0x80 | (c & 0x3F));
+    }
+    return o;
+}
+
+static uint8_t *latin1_to_utf8(const uint8_t *u, size_t n, uint8_t *o)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        o = put_char(u[i], o);
+    return o;
+}
+
+/* The character that the surrogate c (D800..DFFF) stands for, given the unit after it
+ * (has_next 0 at the end of the text), and in *units how many units that takes: a high
+ * surrogate and a low one after it make one character (2 units); any other surrogate is
+ * U+FFFD (1 unit). */
+static uint32_t surrogate_char(uint32_t c, int has_next, uint32_t next, size_t *units)
+{
+    if (c < 0xDC00 && has_next && (next & 0xFFFFFC00u) == 0xDC00) {
+        *units = 2;
+        return 0x10000 + ((c - 0xD800) << 10) + (next - 0xDC00);
+    }
+    *units = 1;
+    return 0xFFFD;
+}
+
+/* Four characters at a time while they are ASCII (English text in a UCS-2 str is mostly
+ * ASCII between its curly quotes and dashes). */
+static uint8_t *ucs2_to_utf8(const uint16_t *u, size_t n, uint8_t *o)
+{
+    size_t i = 0, step;
+    while (i < n) {
+        if (i + 4 <= n && ((u[i] | u[i + 1] | u[i + 2] | u[i + 3]) & 0xFF80) == 0) {
+            o[0] = (uint8_t)u[i];
+            o[1] = (uint8_t)u[i + 1];
+            o[2] = (uint8_t)u[i + 2];
+            o[3] = (uint8_t)u[i + 3];
+            o += 4;
+            i += 4;
+        } else if ((u[i] & 0xF800) == 0xD800) {
+            o = put_char(surrogate_char(u[i], i + 1 < n, i + 1 < n ? u[i + 1] : 0, &step), o);
+            i += step;
+        } else {
+            o = put_char(u[i++], o);
+        }
+    }
+    return o;
+}
+
+/* NULL at a code point above U+10FFFF. */
+static uint8_t *ucs4_to_utf8(const uint32_t *u, size_t n, uint8_t *o)
+{
+    size_t i = 0, step;
+    while (i < n) {
+        if (u[i] > 0x10FFFF)
+            return NULL;
+        if ((u[i] & 0xFFFFF800u) == 0xD800) {
+            o = put_char(surrogate_char(u[i], i + 1 < n, i + 1 < n ? u[i + 1] : 0, &step), o);
+            i += step;
+        } else {
+            o = put_char(u[i++], o);
+        }
+    }
+    return o;
+}
+
+/* See utf8.h. */
+int bpe_utf8_from_units(const uint8_t *units, size_t n, int kind, bpe_bytes *out)
+{
+    size_t most = kind == BPE_TEXT_LATIN1 ? 2 : kind == BPE_TEXT_UCS2 ? 3 : 4;
+    uint8_t *end;
+    int rc;
+    if (out == NULL || (units == NULL && n) ||
+        (kind != BPE_TEXT_LATIN1 && kind != BPE_TEXT_UCS2 && kind != BPE_TEXT_UCS4))
+        return BPE_ERR_ARG;
+    if (n > SIZE_MAX / most)
+        return BPE_ERR_TOOBIG;
+    if ((rc = bpe_bytes_reserve(out, n * most)) != BPE_OK)
+        return rc;
+    if (kind == BPE_TEXT_LATIN1)
+        end = latin1_to_utf8(units, n, out->data + out->len);
+    else if (kind == BPE_TEXT_UCS2)
+        end = ucs2_to_utf8((const uint16_t *)(const void *)units, n, out->data + out->len);
+    else
+        end = ucs4_to_utf8((const uint32_t *)(const void *)units, n, out->data + out->len);
+    if (end == NULL)
+        return BPE_ERR_TEXT;
+    out->len = (size_t)(end - out->data);
     return BPE_OK;
 }

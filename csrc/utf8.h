@@ -1,5 +1,6 @@
 /*
- * utf8.h - internal UTF-8 helpers (utf8.c), shared by file encoding and training.
+ * utf8.h - internal UTF-8 helpers (utf8.c), shared by file encoding, training and the batch
+ * encoder.
  */
 #ifndef BPE_UTF8_H
 #define BPE_UTF8_H
@@ -19,5 +20,11 @@ int bpe_utf8_valid(const uint8_t *buf, size_t len);
 /* Appends buf[0..len) to *out with every invalid sequence replaced by U+FFFD exactly as
  * Python's bytes.decode("utf-8", errors="replace") does.  Returns a BPE_ERR_* code. */
 int bpe_utf8_replace_invalid(const uint8_t *buf, size_t len, bpe_bytes *out);
+
+/* Appends the UTF-8 of the n code units stored at units as `kind` (BPE_TEXT_LATIN1, _UCS2 or
+ * _UCS4, aligned to its width) to *out; surrogates as utf8.c says.  BPE_ERR_TEXT for a code
+ * point above U+10FFFF (nothing is appended then), BPE_ERR_ARG for another kind,
+ * BPE_ERR_NOMEM, BPE_ERR_TOOBIG. */
+int bpe_utf8_from_units(const uint8_t *units, size_t n, int kind, bpe_bytes *out);
 
 #endif

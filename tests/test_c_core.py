@@ -749,18 +749,39 @@ def test_flat_batch_appends_and_fails_back_to_its_length(n_threads, pad):
     lib.bpe_ids_free(out)
 
 
-def job_batch(tok, texts, mode=None, n_threads=2, stop_after=None, scattered=False):
+def str_storage(text):
+    """(buffer, code units, BPE_TEXT_* kind) holding a str as CPython does: ASCII as UTF-8,
+    else one unit of 1, 2 or 4 bytes per character, by the widest character (lone surrogates
+    stay units of their own)."""
+    top = max(map(ord, text), default=0)
+    if top < 0x80:
+        return ffi.new("uint8_t[]", text.encode("ascii") or b"\0"), len(text), lib.BPE_TEXT_UTF8
+    kind, ctype = ((lib.BPE_TEXT_LATIN1, "uint8_t[]") if top < 0x100 else
+                   (lib.BPE_TEXT_UCS2, "uint16_t[]") if top < 0x10000 else
+                   (lib.BPE_TEXT_UCS4, "uint32_t[]"))
+    return ffi.new(ctype, [ord(c) for c in text]), len(text), kind
+
+
+def job_batch(tok, texts, mode=None, n_threads=2, stop_after=None, scattered=False,
+              units=False):
     """bpe_batch_start/next/finish: (per-text id lists, rc, info).  stop_after: finish the
     job after that many groups (an early exit) and return what was collected.  scattered:
-    each text in its own buffer, given by `starts`, instead of all end to end."""
-    data, starts = b"".join(texts), ffi.NULL
+    each text in its own buffer, given by `starts`, instead of all end to end.  units: texts
+    are strs, each given as CPython stores it (str_storage)."""
+    data, starts, kinds, lengths = b"".join(texts) if not units else ffi.NULL, ffi.NULL, \
+        ffi.NULL, [len(t) for t in texts]
     if scattered:
         buffers = [ffi.new("uint8_t[]", t) for t in texts]   # kept alive until the end
         data, starts = ffi.NULL, ffi.new("uint8_t *[]", buffers)
-    ends = ffi.new("size_t[]", [sum(map(len, texts[:i + 1])) for i in range(len(texts))])
+    if units:
+        stored = [str_storage(t) for t in texts]             # kept alive until the end
+        starts = ffi.new("uint8_t *[]", [ffi.cast("uint8_t *", b) for b, _, _ in stored])
+        kinds = ffi.new("uint8_t[]", [kind for _, _, kind in stored])
+    ends = ffi.new("size_t[]", [sum(lengths[:i + 1]) for i in range(len(texts))])
     cmode = ffi.new("uint8_t[]", mode) if mode else ffi.NULL
     job_p = ffi.new("bpe_batch_job **")
-    rc = lib.bpe_batch_start(tok.ptr, len(texts), data, starts, ends, cmode, n_threads, job_p)
+    rc = lib.bpe_batch_start(tok.ptr, len(texts), data, starts, ends, kinds, cmode, n_threads,
+                             job_p)
     if rc:
         return [], rc, None
     first, count = ffi.new("size_t *"), ffi.new("size_t *")
@@ -808,6 +829,56 @@ def test_job_batch_equals_single():
     assert job_batch(tok, [b"", b""]) == ([[], []], lib.BPE_OK, None)
 
 
+def random_str(rng, n):
+    """n characters drawn from every storage width: ASCII, Latin-1, the BMP, astral planes,
+    and surrogates alone, in pairs and out of order."""
+    pools = ["abc xyz.,!\n", "éßñ\xa0ÿ", "漢字Жא\u2019\u2014", "\U0001F600\U00010348\U0010FFFF",
+             "\ud800\udbff\udc00\udfff", "\ud83d\ude00"]
+    return "".join(rng.choice(rng.choice(pools)) for _ in range(n))
+
+
+def test_job_batch_reads_strs_where_python_keeps_them():
+    """Texts given as CPython stores a str (kinds: Latin-1, UCS-2, UCS-4 code units): the
+    encoders' UTF-8 is Python's (lone surrogates as U+FFFD, a high and a low one as their
+    pair's character, bpe_cffi's rule for a str), on any number of threads."""
+    from bpe_cffi.tokenizer import _utf8
+    tok, _ = native_tokenizer("o200k_base")
+    rng = random.Random(11)
+    texts = [random_str(rng, rng.choice([0, 1, 2, 3, 7, 40, 300])) for _ in range(400)]
+    texts += [t.decode() for t in corpus_texts(40, 3000)] + ["", "ÿ" * 70_000, "a\ud800"]
+    texts += ["\ud800", "\udc00x", "x\ud800\udc00", "\U0001F600\ud800", "\U0001F600\udfff"]
+    kinds = {str_storage(t)[2] for t in texts}
+    assert kinds == {lib.BPE_TEXT_UTF8, lib.BPE_TEXT_LATIN1, lib.BPE_TEXT_UCS2,
+                     lib.BPE_TEXT_UCS4}
+    expect = [tok.encode(_utf8(t)) for t in texts]
+    for n_threads in [1, 2, 3]:
+        assert job_batch(tok, texts, n_threads=n_threads, units=True) == \
+            (expect, lib.BPE_OK, None)
+
+
+def test_job_batch_refuses_a_code_point_above_unicode():
+    """A UCS-4 text holding a value above U+10FFFF (no str can) fails with BPE_ERR_TEXT,
+    naming the first such text."""
+    tok, _ = native_tokenizer("cl100k_base")
+    good = ffi.new("uint32_t[]", [0x1F600, ord("a")])
+    bad = ffi.new("uint32_t[]", [ord("a"), 0x110000])
+    where = [good, bad, good, bad]
+    starts = ffi.new("uint8_t *[]", [ffi.cast("uint8_t *", b) for b in where])
+    kinds = ffi.new("uint8_t[]", [lib.BPE_TEXT_UCS4] * 4)
+    ends = ffi.new("size_t[]", [2, 4, 6, 8])
+    job_p = ffi.new("bpe_batch_job **")
+    for n_threads in [1, 2]:
+        assert lib.bpe_batch_start(tok.ptr, 4, ffi.NULL, starts, ends, kinds, ffi.NULL,
+                                   n_threads, job_p) == lib.BPE_OK
+        first, count = ffi.new("size_t *"), ffi.new("size_t *")
+        ids, id_ends, info = ffi.new("uint32_t **"), ffi.new("size_t **"), ffi.new("size_t *")
+        try:
+            rc = lib.bpe_batch_next(job_p[0], first, count, ids, id_ends, info)
+            assert (rc, info[0]) == (lib.BPE_ERR_TEXT, 1)
+        finally:
+            lib.bpe_batch_finish(job_p[0])
+
+
 def test_job_batch_reports_the_first_failing_text():
     tok, _ = native_tokenizer("o200k_base")
     texts = [t.replace(b"<|endoftext|>", b"") for t in corpus_texts(200, 3000)]
@@ -834,14 +905,26 @@ def test_job_batch_early_finish_and_bad_arguments():
         assert all(x == tok.encode(texts[i]) for i, x in got)
     job_p = ffi.new("bpe_batch_job **")
     ends = ffi.new("size_t[]", [4, 2])             # decreasing ends
-    assert lib.bpe_batch_start(tok.ptr, 2, b"abcd", ffi.NULL, ends, ffi.NULL, 2, job_p) == \
-        lib.BPE_ERR_ARG
+    assert lib.bpe_batch_start(tok.ptr, 2, b"abcd", ffi.NULL, ends, ffi.NULL, ffi.NULL, 2,
+                               job_p) == lib.BPE_ERR_ARG
     assert job_p[0] == ffi.NULL
-    assert lib.bpe_batch_start(tok.ptr, 1, b"abcd", ffi.NULL, ends, ffi.new("uint8_t[]", [7]),
-                               2, job_p) == lib.BPE_ERR_ARG
+    assert lib.bpe_batch_start(tok.ptr, 1, b"abcd", ffi.NULL, ends, ffi.NULL,
+                               ffi.new("uint8_t[]", [7]), 2, job_p) == lib.BPE_ERR_ARG
     ends = ffi.new("size_t[]", [2, 4])
-    assert lib.bpe_batch_start(tok.ptr, 2, ffi.NULL, ffi.NULL, ends, ffi.NULL, 2, job_p) == \
-        lib.BPE_ERR_ARG                            # neither data nor starts
+    assert lib.bpe_batch_start(tok.ptr, 2, ffi.NULL, ffi.NULL, ends, ffi.NULL, ffi.NULL, 2,
+                               job_p) == lib.BPE_ERR_ARG    # neither data nor starts
+    kinds = ffi.new("uint8_t[]", [lib.BPE_TEXT_UTF8] * 2)
+    assert lib.bpe_batch_start(tok.ptr, 2, b"abcd", ffi.NULL, ends, kinds, ffi.NULL, 2,
+                               job_p) == lib.BPE_ERR_ARG    # kinds without starts
+    wide = ffi.new("uint32_t[]", [ord("a")] * 3)
+    one = ffi.new("uint8_t *[]", [ffi.cast("uint8_t *", wide)])
+    odd = ffi.new("uint8_t *[]", [ffi.cast("uint8_t *", wide) + 1])
+    for kind, where, rc in [(3, one, lib.BPE_ERR_ARG), (lib.BPE_TEXT_UCS4, odd, lib.BPE_ERR_ARG),
+                            (lib.BPE_TEXT_UCS2, odd, lib.BPE_ERR_ARG),
+                            (lib.BPE_TEXT_UCS4, one, lib.BPE_OK)]:
+        assert lib.bpe_batch_start(tok.ptr, 1, ffi.NULL, where, ffi.new("size_t[]", [2]),
+                                   ffi.new("uint8_t[]", [kind]), ffi.NULL, 2, job_p) == rc
+        lib.bpe_batch_finish(job_p[0] if rc == lib.BPE_OK else ffi.NULL)
     lib.bpe_batch_finish(ffi.NULL)
 
 

@@ -254,6 +254,53 @@ def test_batch_with_surrogates_or_str_subclasses_equals_single_encodes():
         tok.encode_batch(["a", 3])
 
 
+def test_text_units_locate_each_strs_storage():
+    """encode_batch hands C each str where CPython keeps it: its address, its length in
+    characters (running ends) and its kind, which must be the C core's BPE_TEXT_* values."""
+    from bpe_cffi._native import lib
+    texts = ["", "ascii", "café ÿ", "漢字 and ascii", "a\ud800", "🎉x", "x" * 5000]
+    kinds_wanted = [lib.BPE_TEXT_UTF8, lib.BPE_TEXT_UTF8, lib.BPE_TEXT_LATIN1,
+                    lib.BPE_TEXT_UCS2, lib.BPE_TEXT_UCS2, lib.BPE_TEXT_UCS4, lib.BPE_TEXT_UTF8]
+    starts, ends, kinds = _idcache.text_units(texts)
+    where = ffi.from_buffer("uint8_t *[]", starts)
+    assert list(ffi.from_buffer("size_t[]", ends)) == \
+        [sum(map(len, texts[:k + 1])) for k in range(len(texts))]
+    assert list(kinds) == kinds_wanted
+    width = {lib.BPE_TEXT_UTF8: 1, lib.BPE_TEXT_LATIN1: 1, lib.BPE_TEXT_UCS2: 2,
+             lib.BPE_TEXT_UCS4: 4}
+    codec = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}
+    for k, text in enumerate(texts):
+        if text and sys.byteorder == "little":
+            stored = ffi.buffer(where[k], len(text) * width[kinds[k]])[:]
+            assert stored.decode(codec[width[kinds[k]]], "surrogatepass") == text
+
+    class Sub(str):
+        pass
+
+    for odd in [["ok", Sub("x")], ["ok", b"bytes"], ["ok", 3]]:
+        assert _idcache.text_units(odd) is None
+    with pytest.raises(TypeError):
+        _idcache.text_units(("a", "b"))
+
+
+@pytest.mark.parametrize("name", ["gpt2", "o200k_base"])
+def test_batch_of_every_str_kind_equals_single_encodes(name):
+    """Texts of every storage width, with lone surrogates (U+FFFD) and surrogate pairs made
+    of two code points, through encode_batch's in-place reading on 1-3 threads: the ids of
+    encode, which goes through str.encode."""
+    tok = ours(name)
+    rng = random.Random(12)
+    pools = ["abc xyz.,!\n", "éßñ\xa0ÿ", "漢字Жא\u2019\u2014", "\U0001F600\U00010348",
+             "\ud800\udbff\udc00\udfff", "\ud83d\ude00", "<|endoftext|>"]
+    texts = ["".join(rng.choice(rng.choice(pools)) for _ in range(rng.choice([1, 5, 60, 900])))
+             for _ in range(300)] + ["ÿ" * 70_000, "\ud800" * 3, ""]
+    expect = [tok.encode(t) for t in texts]
+    for threads in [1, 2, 3]:
+        assert tok.encode_batch(texts, num_threads=threads) == expect
+    assert tok.encode_batch(texts, allowed_special=set()) == \
+        [tok.encode_ordinary(t) for t in texts]
+
+
 def test_id_lists_are_not_tracked_by_the_cycle_collector_and_stay_ordinary_lists():
     import gc
     tok = ours("cl100k_base")

@@ -854,6 +854,69 @@ static PyObject *text_views(PyObject *self, PyObject *texts)
     return result;
 }
 
+/* The number of characters of an exact, ready str, else -1. */
+static Py_ssize_t str_units(PyObject *s)
+{
+    if (!PyUnicode_CheckExact(s))
+        return -1;
+#if PY_VERSION_HEX < 0x030C0000
+    if (!PyUnicode_IS_READY(s))
+        return -1;
+#endif
+    return PyUnicode_GET_LENGTH(s);
+}
+
+/* How a str keeps its characters, as the C core's BPE_TEXT_* values (csrc/bpe.h; this
+ * extension does not include it, tests/test_idlist.py checks that they agree): an ASCII str's
+ * bytes are its UTF-8 (BPE_TEXT_UTF8, 0), any other is stored one code unit of 1, 2 or 4
+ * bytes per character (BPE_TEXT_LATIN1, _UCS2, _UCS4 are those widths). */
+static char str_kind(PyObject *s)
+{
+    return PyUnicode_IS_ASCII(s) ? 0 : (char)PyUnicode_KIND(s);
+}
+
+/* text_units(texts) -> (starts, ends, kinds) or None: where each str of the list texts keeps
+ * its characters, for bpe_batch_start to read them in place (its encoders write the UTF-8 of
+ * the non-ASCII ones, in parallel).  starts: a bytes object of
+ * len(texts) addresses; ends: the running total of the texts' lengths in characters
+ * (size_t values); kinds: one str_kind byte per text.  None when an item is not exactly a
+ * str.  Nothing is copied: valid while the caller holds texts. */
+static PyObject *text_units(PyObject *self, PyObject *texts)
+{
+    Py_ssize_t n, k;
+    PyObject *starts_obj, *kinds_obj, *ends_obj, *result;
+    const void **starts;
+    char *kinds;
+    int got = running_ends(texts, str_units, &ends_obj);
+    (void)self;
+    if (got <= 0) {
+        if (got < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    n = PyList_GET_SIZE(texts);
+    starts_obj = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(void *));
+    kinds_obj = PyBytes_FromStringAndSize(NULL, n);
+    if (starts_obj == NULL || kinds_obj == NULL) {
+        Py_XDECREF(starts_obj);
+        Py_XDECREF(kinds_obj);
+        Py_DECREF(ends_obj);
+        return NULL;
+    }
+    starts = (const void **)PyBytes_AS_STRING(starts_obj);
+    kinds = PyBytes_AS_STRING(kinds_obj);
+    for (k = 0; k < n; k++) {        /* the list cannot change: the GIL is held throughout */
+        PyObject *t = PyList_GET_ITEM(texts, k);
+        starts[k] = PyUnicode_DATA(t);
+        kinds[k] = str_kind(t);
+    }
+    result = PyTuple_Pack(3, starts_obj, ends_obj, kinds_obj);
+    Py_DECREF(starts_obj);
+    Py_DECREF(ends_obj);
+    Py_DECREF(kinds_obj);
+    return result;
+}
+
 /* ascii_address(text) -> the address of text's characters when text is an exact str of
  * ASCII only (CPython stores those one byte per character, which is their UTF-8), else 0.
  * The caller encodes straight from there instead of copying the text into a bytes object;
@@ -875,6 +938,8 @@ static PyObject *ascii_address(PyObject *self, PyObject *text)
 static PyMethodDef methods[] = {
     {"join_utf8", join_utf8, METH_O, "join_utf8(list of str) -> (bytes, size_t ends) or None"},
     {"ascii_address", ascii_address, METH_O, "ascii_address(str) -> address of ASCII text or 0"},
+    {"text_units", text_units, METH_O,
+     "text_units(list of str) -> (starts, ends, kinds) or None"},
     {"text_views", text_views, METH_O,
      "text_views(list of str) -> (side bytes, starts, ends) or None"},
     {"ids_list", ids_list, METH_VARARGS, "ids_list(address, n, cache) -> list"},
