@@ -15,7 +15,9 @@ For each (vocab, corpus):
   file:   (--file) bpe_cffi encode_file on the slice, and the peak RSS of the process.
 Single and batch of one library are timed turn about, so that the machine's slow spells fall
 on both; batch-vs-own-single is the median over the turns of single time / batch time, as
-bench_single.py takes medians of pairs: one lucky single run must not decide it.
+bench_single.py takes medians of pairs: one lucky single run must not decide it.  Then
+bpe_cffi's encode_batch on 1 thread and on N are timed turn about the same way:
+batch-vs-1-thread is the batch's own thread scaling (same documents, same lists made).
 Checks that bpe_cffi's ids equal tiktoken's (single and batch) and stops if they do not.
 """
 import argparse
@@ -118,6 +120,9 @@ def bench_one(name, corpus, text, tok, enc, h, a, tmpdir):
         lambda: tok.encode_ordinary(text),
         lambda: tok.encode_batch(docs, num_threads=a.threads, allowed_special=set()), a.reps)
     row["bpe_cffi"] = [mb / t, mb / tb]
+    _, _, row["thread_gain"] = best_of_alternating(
+        lambda: tok.encode_batch(docs, num_threads=1, allowed_special=set()),
+        lambda: tok.encode_batch(docs, num_threads=a.threads, allowed_special=set()), a.reps)
     if got != ref:
         sys.exit(f"MISMATCH: bpe_cffi ids differ from tiktoken on {name}/{corpus}")
     if got_b != ref_b:
@@ -137,6 +142,10 @@ def bench_one(name, corpus, text, tok, enc, h, a, tmpdir):
                                                progress=False), a.reps)
         row["bpe_cffi"].append(mb / t)
     return row
+
+
+COLUMNS = ("batch-vs-single", "vs-1-thread", "single-vs-tiktoken", "batch-vs-tiktoken",
+           "single-vs-hf", "batch-vs-hf")
 
 
 def main():
@@ -173,17 +182,19 @@ def main():
                 if a.file:
                     line += f" | file: ours {row['bpe_cffi'][2]:6.1f}"
                 print(line, flush=True)
-                r = [row["batch_gain"], ours_s / row["tiktoken"][0], ours_b / row["tiktoken"][1]]
+                r = [row["batch_gain"], row["thread_gain"], ours_s / row["tiktoken"][0],
+                     ours_b / row["tiktoken"][1]]
                 if "hf" in row:
                     r += [ours_s / row["hf"][0], ours_b / row["hf"][1]]
                 summary.append((name, corpus, r))
             tok.close()
     print(f"\nratios: batch({a.threads} threads)-vs-own-single (median over the turns of single "
-          "time / batch time), then bpe_cffi / peer (bests):\n"
-          "                             batch-vs-single  single-vs-tiktoken  batch-vs-tiktoken  "
-          "single-vs-hf  batch-vs-hf")
+          f"time / batch time), batch({a.threads} threads)-vs-1-thread (the same, against "
+          "encode_batch(num_threads=1)), then bpe_cffi / peer (bests):\n"
+          + " " * 29 + "  ".join(COLUMNS))
     for name, corpus, r in summary:
-        print(f"  {name:12s} {corpus:13s} " + "  ".join(f"{x:6.2f}x" for x in r))
+        print(f"  {name:12s} {corpus:13s} " +
+              "  ".join(f"{x:{len(c) - 1}.2f}x" for c, x in zip(COLUMNS, r)))
     if a.file:
         print(f"peak RSS of this process: {peak_rss_mb():.0f} MB")
     print("ids identical to tiktoken: True (checked for every row)")
