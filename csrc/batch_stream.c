@@ -22,8 +22,9 @@
  * its characters), are cut into groups of consecutive whole texts of about GROUP_BYTES each
  * (a text of n code units of width w counting n * w bytes).  An encoder turns a text that
  * is not UTF-8 into UTF-8 in a scratch buffer of its own just before encoding it, so that
- * work is spread over the threads instead of done by the caller before any thread starts.  Groups are claimed in
- * increasing order from one atomic counter (next_claim), by workers and by the caller alike.
+ * work is spread over the threads instead of done by the caller before any thread starts.
+ * Groups are claimed in increasing order from one atomic counter (next_claim), by workers
+ * and by the caller alike.
  * An encoder works into its own buffers and then publishes them into the group; `finished`
  * lists the groups in the order they were published, and the caller returns them from it.
  *
