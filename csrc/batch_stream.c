@@ -223,6 +223,17 @@ static int kind_ok(const bpe_batch_job *job, size_t i)
            (uintptr_t)job->starts[i] % (uintptr_t)kind == 0;
 }
 
+/* Adds text i (of n) to the group being cut, whose size so far is *size: 1 if it closes the
+ * group (GROUP_BYTES reached, or the last text), *size then starting again from 0. */
+static int closes_group(const bpe_batch_job *job, size_t i, size_t n, size_t *size)
+{
+    *size += text_size(job, i);
+    if (*size < GROUP_BYTES && i + 1 < n)
+        return 0;
+    *size = 0;
+    return 1;
+}
+
 /* Cuts the texts into groups of about GROUP_BYTES and sets job->total_size; BPE_ERR_ARG on
  * decreasing ends or a bad kind. */
 static int make_groups(bpe_batch_job *job, size_t n)
@@ -231,12 +242,8 @@ static int make_groups(bpe_batch_job *job, size_t n)
     for (i = 0; i < n; i++) {
         if (job->ends[i] < text_start(job, i) || !kind_ok(job, i))
             return BPE_ERR_ARG;
-        size += text_size(job, i);
         job->total_size += text_size(job, i);
-        if (size >= GROUP_BYTES || i + 1 == n) {
-            n_groups++;
-            size = 0;
-        }
+        n_groups += closes_group(job, i, n, &size);
     }
     job->groups = calloc(n_groups, sizeof *job->groups);
     job->finished = malloc(n_groups * sizeof *job->finished);
@@ -244,16 +251,11 @@ static int make_groups(bpe_batch_job *job, size_t n)
         return BPE_ERR_NOMEM;
     job->n_groups = n_groups;
     n_groups = 0;
-    size = 0;
     for (i = 0; i < n; i++) {
         group *g = &job->groups[n_groups];
         if (g->count++ == 0)
             g->first = i;
-        size += text_size(job, i);
-        if (size >= GROUP_BYTES || i + 1 == n) {
-            n_groups++;
-            size = 0;
-        }
+        n_groups += closes_group(job, i, n, &size);
     }
     return BPE_OK;
 }
