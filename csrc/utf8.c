@@ -27,6 +27,7 @@
 
 #include "buffers.h"
 #include "utf8.h"
+#include "utf8_char.h"
 
 /* For a lead byte: the sequence length (0: not a lead byte) and the allowed range of the
  * second byte. */
@@ -136,32 +137,11 @@ int bpe_utf8_replace_invalid(const uint8_t *buf, size_t len, bpe_bytes *out)
     return BPE_OK;
 }
 
-/* Writes the UTF-8 of code point c (not a surrogate, at most U+10FFFF) at o; returns the end. */
-static uint8_t *put_char(uint32_t c, uint8_t *o)
-{
-    if (c < 0x80) {
-        *o++ = (uint8_t)c;
-    } else if (c < 0x800) {
-        *o++ = (uint8_t)(0xC0 | c >> 6);
-        *o++ = (uint8_t)(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-        *o++ = (uint8_t)(0xE0 | c >> 12);
-        *o++ = (uint8_t)(0x80 | (c >> 6 & 0x3F));
-        *o++ = (uint8_t)(0x80 | (c & 0x3F));
-    } else {
-        *o++ = (uint8_t)(0xF0 | c >> 18);
-        *o++ = (uint8_t)(0x80 | (c >> 12 & 0x3F));
-        *o++ = (uint8_t)(0x80 | (c >> 6 & 0x3F));
-        *o++ = (uint8_t)(0x80 | (c & 0x3F));
-    }
-    return o;
-}
-
 static uint8_t *latin1_to_utf8(const uint8_t *u, size_t n, uint8_t *o)
 {
     size_t i;
     for (i = 0; i < n; i++)
-        o = put_char(u[i], o);
+        o = bpe_put_utf8(u[i], o);
     return o;
 }
 
@@ -193,10 +173,11 @@ static uint8_t *ucs2_to_utf8(const uint16_t *u, size_t n, uint8_t *o)
             o += 4;
             i += 4;
         } else if ((u[i] & 0xF800) == 0xD800) {
-            o = put_char(surrogate_char(u[i], i + 1 < n, i + 1 < n ? u[i + 1] : 0, &step), o);
+            uint32_t c = surrogate_char(u[i], i + 1 < n, i + 1 < n ? u[i + 1] : 0, &step);
+            o = bpe_put_utf8(c, o);
             i += step;
         } else {
-            o = put_char(u[i++], o);
+            o = bpe_put_utf8(u[i++], o);
         }
     }
     return o;
@@ -210,10 +191,11 @@ static uint8_t *ucs4_to_utf8(const uint32_t *u, size_t n, uint8_t *o)
         if (u[i] > 0x10FFFF)
             return NULL;
         if ((u[i] & 0xFFFFF800u) == 0xD800) {
-            o = put_char(surrogate_char(u[i], i + 1 < n, i + 1 < n ? u[i + 1] : 0, &step), o);
+            uint32_t c = surrogate_char(u[i], i + 1 < n, i + 1 < n ? u[i + 1] : 0, &step);
+            o = bpe_put_utf8(c, o);
             i += step;
         } else {
-            o = put_char(u[i++], o);
+            o = bpe_put_utf8(u[i++], o);
         }
     }
     return o;

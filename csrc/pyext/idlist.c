@@ -39,6 +39,8 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "../utf8_char.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -674,22 +676,7 @@ static Py_ssize_t utf8_length(PyObject *s)
 /* Appends the UTF-8 of code point c (not a surrogate) at out; returns the end. */
 static char *put_utf8(Py_UCS4 c, char *out)
 {
-    if (c < 0x80) {
-        *out++ = (char)c;
-    } else if (c < 0x800) {
-        *out++ = (char)(0xC0 | (c >> 6));
-        *out++ = (char)(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-        *out++ = (char)(0xE0 | (c >> 12));
-        *out++ = (char)(0x80 | ((c >> 6) & 0x3F));
-        *out++ = (char)(0x80 | (c & 0x3F));
-    } else {
-        *out++ = (char)(0xF0 | (c >> 18));
-        *out++ = (char)(0x80 | ((c >> 12) & 0x3F));
-        *out++ = (char)(0x80 | ((c >> 6) & 0x3F));
-        *out++ = (char)(0x80 | (c & 0x3F));
-    }
-    return out;
+    return (char *)bpe_put_utf8(c, (uint8_t *)out);
 }
 
 /* The UTF-8 of the n Latin-1 characters at p, written at out; returns the end.  Blocks of
