@@ -145,18 +145,22 @@ static uint8_t *latin1_to_utf8(const uint8_t *u, size_t n, uint8_t *o)
     return o;
 }
 
-/* The character that the surrogate c (D800..DFFF) stands for, given the unit after it
- * (has_next 0 at the end of the text), and in *units how many units that takes: a high
- * surrogate and a low one after it make one character (2 units); any other surrogate is
- * U+FFFD (1 unit). */
-static uint32_t surrogate_char(uint32_t c, int has_next, uint32_t next, size_t *units)
+/* Writes at o the UTF-8 of the character that starts with code unit c (at most U+10FFFF),
+ * given the unit after it (next; has_next 0 at the end of the text), and returns the end;
+ * *units is how many units it took.  A high surrogate and a low one after it make one
+ * character (2 units); any other surrogate is U+FFFD. */
+static uint8_t *put_unit(uint32_t c, uint32_t next, int has_next, size_t *units, uint8_t *o)
 {
-    if (c < 0xDC00 && has_next && (next & 0xFFFFFC00u) == 0xDC00) {
-        *units = 2;
-        return 0x10000 + ((c - 0xD800) << 10) + (next - 0xDC00);
-    }
     *units = 1;
-    return 0xFFFD;
+    if ((c & 0xFFFFF800u) == 0xD800) {
+        if (c < 0xDC00 && has_next && (next & 0xFFFFFC00u) == 0xDC00) {
+            *units = 2;
+            c = 0x10000 + ((c - 0xD800) << 10) + (next - 0xDC00);
+        } else {
+            c = 0xFFFD;
+        }
+    }
+    return bpe_put_utf8(c, o);
 }
 
 /* Four characters at a time while they are ASCII (English text in a UCS-2 str is mostly
@@ -172,12 +176,9 @@ static uint8_t *ucs2_to_utf8(const uint16_t *u, size_t n, uint8_t *o)
             o[3] = (uint8_t)u[i + 3];
             o += 4;
             i += 4;
-        } else if ((u[i] & 0xF800) == 0xD800) {
-            uint32_t c = surrogate_char(u[i], i + 1 < n, i + 1 < n ? u[i + 1] : 0, &step);
-            o = bpe_put_utf8(c, o);
-            i += step;
         } else {
-            o = bpe_put_utf8(u[i++], o);
+            o = put_unit(u[i], i + 1 < n ? u[i + 1] : 0, i + 1 < n, &step, o);
+            i += step;
         }
     }
     return o;
@@ -190,13 +191,8 @@ static uint8_t *ucs4_to_utf8(const uint32_t *u, size_t n, uint8_t *o)
     while (i < n) {
         if (u[i] > 0x10FFFF)
             return NULL;
-        if ((u[i] & 0xFFFFF800u) == 0xD800) {
-            uint32_t c = surrogate_char(u[i], i + 1 < n, i + 1 < n ? u[i + 1] : 0, &step);
-            o = bpe_put_utf8(c, o);
-            i += step;
-        } else {
-            o = bpe_put_utf8(u[i++], o);
-        }
+        o = put_unit(u[i], i + 1 < n ? u[i + 1] : 0, i + 1 < n, &step, o);
+        i += step;
     }
     return o;
 }
