@@ -67,13 +67,6 @@ def text_units(texts: list):
     return _idlist.text_units(texts) if FAST else None
 
 
-def text_views(texts: list):
-    """(side, starts, ends) locating the UTF-8 of each str of texts (ASCII ones in place, the
-    others written into the bytes side), or None for an item that is not exactly a str or
-    holds a surrogate, or without the helper.  Valid while the caller holds texts and side."""
-    return _idlist.text_views(texts) if FAST else None
-
-
 def join_utf8(texts: list):
     """(the UTF-8 of the texts end to end, bytes holding the size_t end of each), or None when
     some item is not exactly a str or holds a surrogate (the caller's slower path then

@@ -754,9 +754,9 @@ class Tokenizer:
             if address:
                 return self._encode_c(ffi.cast("const uint8_t *", address), mode, len(text))
             if type(text) is str and len(text) >= _HELPER_UTF8_MIN:
-                views = _idcache.text_views([text])    # None for a lone surrogate
-                if views is not None:
-                    return self._encode_c(views[0], mode)
+                joined = _idcache.join_utf8([text])    # None for a lone surrogate
+                if joined is not None:
+                    return self._encode_c(joined[0], mode)
         data = _utf8(text)
         if self._py_path:
             return self._encode_py(data, mode)

@@ -27,8 +27,9 @@
  * itself, or an object referring back to it) is not found by the collector and stays in
  * memory until broken by hand.
  *
- * join_utf8 goes the other way: the UTF-8 of a list of str, end to end, for a
- * batch encode, without a bytes object per text.
+ * Texts in: text_units tells encode_batch where each str keeps its characters, for C to read
+ * them in place; join_utf8 writes the UTF-8 of a list of str end to end (a long non-ASCII
+ * text for encode, the daemon's str requests), without a bytes object per text.
  *
  * For the daemon (bpe_cffi/daemon/server.py): join_utf8_bytes lays out texts that arrived as
  * UTF-8 bytes, checking them as strictly as Python's decoder, and pack_batch_reply writes an
@@ -787,60 +788,6 @@ static PyObject *join_utf8(PyObject *self, PyObject *texts)
     return join_items(texts, str_utf8_length, write_utf8);
 }
 
-/* text_views(texts) -> (side, starts, ends) or None: where the UTF-8 of each str of the list
- * texts lies, for a batch encode that reads it in place.  An exact str of ASCII only is its
- * own UTF-8 and is pointed to where it is; the UTF-8 of every other str is written into
- * `side` (bytes).  starts: a bytes object of len(texts) pointers, the first byte of each
- * text; ends: len(texts) size_t values, the running total of their lengths (as join_utf8's
- * ends).  The pointers are valid while the caller holds texts and side.  None as join_utf8:
- * for an item that is not exactly a str or holds a surrogate.  Unlike join_utf8, nothing is
- * copied for ASCII texts, and their length is known without reading them. */
-static PyObject *text_views(PyObject *self, PyObject *texts)
-{
-    Py_ssize_t n, k, side_total = 0;
-    PyObject *side, *starts_obj, *ends_obj, *result;
-    const char **starts;
-    const size_t *ends;
-    char *out, *limit;
-    int got = running_ends(texts, str_utf8_length, &ends_obj);
-    (void)self;
-    if (got <= 0) {
-        if (got < 0)
-            return NULL;
-        Py_RETURN_NONE;
-    }
-    n = PyList_GET_SIZE(texts);
-    ends = (const size_t *)PyBytes_AS_STRING(ends_obj);
-    for (k = 0; k < n; k++)
-        if (!PyUnicode_IS_ASCII(PyList_GET_ITEM(texts, k)))
-            side_total += (Py_ssize_t)(ends[k] - (k ? ends[k - 1] : 0));
-    side = PyBytes_FromStringAndSize(NULL, side_total);
-    starts_obj = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(char *));
-    if (side == NULL || starts_obj == NULL) {
-        Py_XDECREF(side);
-        Py_XDECREF(starts_obj);
-        Py_DECREF(ends_obj);
-        return NULL;
-    }
-    starts = (const char **)PyBytes_AS_STRING(starts_obj);
-    out = PyBytes_AS_STRING(side);
-    limit = out + side_total;
-    for (k = 0; k < n; k++) {         /* the list cannot change: the GIL is held throughout */
-        PyObject *t = PyList_GET_ITEM(texts, k);
-        if (PyUnicode_IS_ASCII(t)) {
-            starts[k] = PyUnicode_DATA(t);
-        } else {
-            starts[k] = out;
-            out = write_utf8(t, out, limit);
-        }
-    }
-    result = PyTuple_Pack(3, side, starts_obj, ends_obj);
-    Py_DECREF(side);
-    Py_DECREF(starts_obj);
-    Py_DECREF(ends_obj);
-    return result;
-}
-
 /* The number of characters of an exact, ready str, else -1. */
 static Py_ssize_t str_units(PyObject *s)
 {
@@ -927,8 +874,6 @@ static PyMethodDef methods[] = {
     {"ascii_address", ascii_address, METH_O, "ascii_address(str) -> address of ASCII text or 0"},
     {"text_units", text_units, METH_O,
      "text_units(list of str) -> (starts, ends, kinds) or None"},
-    {"text_views", text_views, METH_O,
-     "text_views(list of str) -> (side bytes, starts, ends) or None"},
     {"ids_list", ids_list, METH_VARARGS, "ids_list(address, n, cache) -> list"},
     {"ids_lists", ids_lists, METH_VARARGS,
      "ids_lists(address, ends_address, n_texts, cache) -> list of lists"},
