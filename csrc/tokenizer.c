@@ -5,7 +5,8 @@
  *   - every token's bytes copied into one buffer, with an id -> (offset, len) array;
  *   - two bytes -> id hash tables (ordinary tokens, special tokens), open addressing with
  *     linear probing, load <= 1/2, keyed by our own 64-bit hash (tokenizer.h); a slot holds
- *     the bytes of a token of up to BPE_SLOT_INLINE bytes itself (bpe_bytes_slot);
+ *     the bytes of a token of up to BPE_SLOT_INLINE bytes itself, and the offset and length
+ *     of a longer one's bytes (bpe_bytes_slot): a lookup reads no by_id entry;
  *   - the pair table (left id, right id) -> (rank, new id), open addressing keyed by a
  *     multiplicative hash of the 64-bit pair, load <= 1/2.  For BPE_RULE_MERGES it holds the
  *     merge list (rank = index; a pair listed twice keeps its LAST rank, as HF does).  For
@@ -42,6 +43,16 @@ static size_t pow2_at_least(size_t n)
     return p;
 }
 
+/* Writes the long key (tokenizer.h) of a token of len bytes at off into its slot. */
+static void set_long_key(bpe_bytes_slot *s, uint32_t off, uint32_t len)
+{
+    int k;
+    for (k = 0; k < 4; k++)
+        s->bytes[k] = (uint8_t)(off >> (8 * k));
+    for (k = 0; k < 3; k++)
+        s->bytes[4 + k] = (uint8_t)(len >> (8 * k));
+}
+
 static int table_insert(bpe_bytes_slot *tab, size_t mask, const bpe_tokenizer *tok,
                         uint32_t id)
 {
@@ -61,6 +72,8 @@ static int table_insert(bpe_bytes_slot *tab, size_t mask, const bpe_tokenizer *t
     if (r->len <= BPE_SLOT_INLINE) {
         tab[i].len = (uint8_t)r->len;
         memcpy(tab[i].bytes, p, r->len);
+    } else {
+        set_long_key(&tab[i], r->off, r->len < BPE_LONG_KEY_FAR ? r->len : BPE_LONG_KEY_FAR);
     }
     return 1;
 }
@@ -70,7 +83,7 @@ static int slot_holds(const bpe_bytes_slot *s, const bpe_tokenizer *tok, const u
                       size_t n)
 {
     const bpe_token_ref *r;
-    size_t k;
+    size_t k, len;
     if (s->len != 0) {
         if (s->len != n)
             return 0;
@@ -81,6 +94,9 @@ static int slot_holds(const bpe_bytes_slot *s, const bpe_tokenizer *tok, const u
     }
     if (n <= BPE_SLOT_INLINE)
         return 0;   /* a token this short would be in its slot */
+    len = bpe_long_key_len(s);
+    if (len != BPE_LONG_KEY_FAR)
+        return len == n && bpe_bytes_equal(tok->bytes + bpe_long_key_off(s), p, n);
     r = &tok->by_id[s->id];
     return r->len == n && bpe_bytes_equal(tok->bytes + r->off, p, n);
 }

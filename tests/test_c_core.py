@@ -441,6 +441,31 @@ def test_missing_byte_is_nobyte():
         assert e.value.code == lib.BPE_ERR_NOBYTE
 
 
+def test_whole_token_lookup_of_long_tokens():
+    """A token longer than a table slot holds is found through the offset and length its slot
+    keeps (three length bytes: from 2**24 - 1 bytes on, through by_id); a string differing
+    from it in length or in its last byte is not it.  ignore_merges and no merges: a piece
+    that is a token is one id."""
+    lengths = [7, 8, 9, 2**24 - 2, 2**24 - 1, 2**24]
+    tokens = byte_tokens() + [(b"%c" % (65 + k) * n, 256 + k) for k, n in enumerate(lengths)]
+    tok = CTok(tokens, lib.BPE_RULE_MERGES, ignore_merges=1).ok()
+
+    def token_id(data):
+        idp = ffi.new("uint32_t *")
+        rc = lib.bpe_token_id(tok.ptr, ffi.from_buffer("uint8_t[]", data), len(data), idp)
+        return idp[0] if rc == 0 else None
+
+    for k, n in enumerate(lengths):
+        word = b"%c" % (65 + k) * n
+        assert tok.pieces([word]) == [256 + k]
+        assert token_id(word) == 256 + k
+        assert token_id(word[:-1] + b".") is None
+        assert token_id(word[:-1]) is None
+        assert token_id(word + word[:1]) is None
+        if n < 100:
+            assert tok.pieces([word[:-1] + b"."]) == list(word[:-1]) + [ord(".")]
+
+
 def test_token_lookup_and_id_limit():
     tok, enc = real_tokenizer("cl100k_base")
     assert lib.bpe_tokenizer_id_limit(tok.ptr) == enc.n_vocab
