@@ -116,16 +116,16 @@ static int run(int rule)
             memcpy(joined + k * tl, text, tl);
             ends[k] = (k + 1) * tl;
         }
-        CHECK(bpe_batch_start(tok, n, joined, NULL, ends, mode, 3, &job) == BPE_OK);
+        CHECK(bpe_batch_start(tok, n, joined, NULL, ends, NULL, mode, 3, &job) == BPE_OK);
         while (bpe_batch_next(job, &first, &count, &ids, &id_ends, &info) == BPE_OK && count)
             total += count;
         CHECK(total == n);
         bpe_batch_finish(job);
-        CHECK(bpe_batch_start(tok, n, joined, NULL, ends, mode, 3, &job) == BPE_OK);
+        CHECK(bpe_batch_start(tok, n, joined, NULL, ends, NULL, mode, 3, &job) == BPE_OK);
         CHECK(bpe_batch_next(job, &first, &count, &ids, &id_ends, &info) == BPE_OK && count);
         bpe_batch_finish(job);                     /* workers still running */
         mode[0] = BPE_SPECIAL_DISALLOWED;
-        CHECK(bpe_batch_start(tok, n, joined, NULL, ends, mode, 3, &job) == BPE_OK);
+        CHECK(bpe_batch_start(tok, n, joined, NULL, ends, NULL, mode, 3, &job) == BPE_OK);
         while (bpe_batch_next(job, &first, &count, &ids, &id_ends, &info) == BPE_OK && count)
             ;
         CHECK(info == 0);
@@ -133,6 +133,31 @@ static int run(int rule)
         mode[0] = BPE_SPECIAL_ALLOWED;
         free(ends);
         free(joined);
+    }
+    {   /* texts read where they lie, in each storage kind; the last has no character */
+        static const uint8_t latin1[] = {'c', 'a', 'f', 0xE9, ' ', 'x'};
+        static const uint16_t ucs2[] = {'a', 0xD83D, 0xDE00, ' ', 0xDC00, 'b'};
+        static const uint32_t ucs4[] = {'z', 0x1F600, ' ', 0x4E2D};
+        static const uint32_t bad[] = {'q', 0x110000};
+        const uint8_t *starts[4] = {latin1, (const uint8_t *)ucs2, (const uint8_t *)ucs4,
+                                    (const uint8_t *)bad};
+        size_t ends[4] = {6, 12, 16, 18}, first, count, total = 0;
+        uint8_t kinds[4] = {BPE_TEXT_LATIN1, BPE_TEXT_UCS2, BPE_TEXT_UCS4, BPE_TEXT_UCS4};
+        const uint32_t *ids;
+        const size_t *id_ends;
+        bpe_batch_job *job;
+        int rc;
+        CHECK(bpe_batch_start(tok, 3, NULL, starts, ends, kinds, mode, 2, &job) == BPE_OK);
+        while (bpe_batch_next(job, &first, &count, &ids, &id_ends, &info) == BPE_OK && count)
+            total += count;
+        CHECK(total == 3);
+        bpe_batch_finish(job);
+        CHECK(bpe_batch_start(tok, 4, NULL, starts, ends, kinds, mode, 2, &job) == BPE_OK);
+        while ((rc = bpe_batch_next(job, &first, &count, &ids, &id_ends, &info)) == BPE_OK &&
+               count)
+            ;
+        CHECK(rc == BPE_ERR_TEXT && info == 3);
+        bpe_batch_finish(job);
     }
     CHECK((f = fopen("in.txt", "wb")) != NULL);
     for (i = 0; i < 20000; i++) fputs(text, f);
