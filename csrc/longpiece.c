@@ -138,9 +138,9 @@ typedef struct trie_node {
 struct bpe_long_tables {
     long_token *tokens;   /* id_limit entries; len and shorter set at build */
     uint32_t root[256];   /* the trie node of each one-byte string, NONE if not in the trie */
-    uint32_t *byte_rank;  /* 65536 entries: rank of merging the tokens of two bytes (first byte
-                             high), NONE if they do not merge; most probes of a pair check
-                             are of two bytes, and this table stays in cache */
+    const bpe_byte_pair *byte_pairs;   /* tok->byte_pairs: the rank of merging the tokens of
+                             two bytes (first byte high), NONE if they do not merge; most
+                             probes of a pair check are of two bytes, and it stays in cache */
     uint32_t *node2;      /* 65536 entries: the node of each two-byte string (first byte high),
                              NONE if not in the trie; the walk starts there, skipping the two
                              widest levels (their bisections were half of the walk's
@@ -167,7 +167,6 @@ void bpe_long_tables_free(bpe_long_tables *t)
     free(t->node);
     free(t->label);
     free(t->node2);
-    free(t->byte_rank);
     free(t->sym);
     free(t);
 }
@@ -541,21 +540,6 @@ static int build_trie(const bpe_tokenizer *tok, bpe_long_tables *t, const entry 
     return rc;
 }
 
-static int fill_byte_rank(const bpe_tokenizer *tok, bpe_long_tables *t)
-{
-    size_t a, b;
-    if ((t->byte_rank = malloc(65536 * sizeof *t->byte_rank)) == NULL)
-        return BPE_ERR_NOMEM;
-    for (a = 0; a < 256; a++)
-        for (b = 0; b < 256; b++) {
-            const bpe_pair_entry *e = NULL;
-            if (tok->byte_id[a] != BPE_NO_ID && tok->byte_id[b] != BPE_NO_ID)
-                e = bpe_pair_find(tok, tok->byte_id[a], tok->byte_id[b]);
-            t->byte_rank[a << 8 | b] = e ? e->rank : NONE;
-        }
-    return BPE_OK;
-}
-
 /* BPE_OK with *out set; BPE_ERR_NOMEM; BPE_LONG_DECLINED for an unsupported vocabulary. */
 static int build_tables(const bpe_tokenizer *tok, bpe_long_tables **out)
 {
@@ -565,8 +549,10 @@ static int build_tables(const bpe_tokenizer *tok, bpe_long_tables **out)
     uint8_t *packed = NULL;
     int rc = BPE_ERR_NOMEM;
     if (t != NULL && (t->tokens = calloc(lim, sizeof *t->tokens)) != NULL &&
-        (t->sym = malloc(4 * MAX_TOKEN * sizeof *t->sym + MAX_TOKEN)) != NULL)
-        rc = fill_byte_rank(tok, t);
+        (t->sym = malloc(4 * MAX_TOKEN * sizeof *t->sym + MAX_TOKEN)) != NULL) {
+        t->byte_pairs = tok->byte_pairs;
+        rc = BPE_OK;
+    }
     if (rc == BPE_OK && (rc = list_tokens(tok, &ent, &count)) == BPE_OK &&
         (rc = sort_entries(ent, count)) == BPE_OK &&
         (rc = pack_entries(ent, count, &packed)) == BPE_OK)
@@ -726,10 +712,10 @@ static inline uint32_t rank_far(const bpe_tokenizer *tok, const bpe_long_tables 
     return probe(tok, t, w, start, (size_t)tk[p].len + tk[q].len, p, q);
 }
 
-/* The rank of merging single-byte tokens p, q (byte_rank, which stays in cache). */
+/* The rank of merging single-byte tokens p, q (byte_pairs, which stays in cache). */
 static inline uint32_t rank_bytes(const bpe_long_tables *t, uint32_t p, uint32_t q)
 {
-    return t->byte_rank[t->tokens[p].left << 8 | t->tokens[q].left];
+    return t->byte_pairs[t->tokens[p].left << 8 | t->tokens[q].left].rank;
 }
 
 /* 1 if the GOOD tokens a, b (a ends at text position end) form a valid pair: BPE of a's bytes
@@ -813,10 +799,10 @@ static int defer(const bpe_long_tables *t, const piece *w, uint32_t c, size_t e)
     if (t->tokens[c].level == 0 || e >= w->n)
         return 0;
     x = w->p[e];
-    rvx = t->byte_rank[(uint32_t)w->p[e - 1] << 8 | x];
+    rvx = t->byte_pairs[(uint32_t)w->p[e - 1] << 8 | x].rank;
     if (rvx >= t->tokens[c].bottom)
         return 0;
-    return e + 1 == w->n || t->byte_rank[x << 8 | w->p[e + 1]] >= rvx;
+    return e + 1 == w->n || t->byte_pairs[x << 8 | w->p[e + 1]].rank >= rvx;
 }
 
 /* The backtracking search (see the top of the file); every byte of w->p has a single-byte

@@ -25,6 +25,11 @@
  * up to 8 bytes 0.14 / 0.13; up to 24 bytes 0.13 / 0.12; up to 64 bytes about the same, so 24
  * (the scan is quadratic, so a larger bound buys nothing and risks more).
  *
+ * Both paths take the ranks of a piece's first pairs, all of two single-byte tokens, from
+ * tok->byte_pairs (indexed by the two bytes, 512 KiB, in cache) rather than from the pair
+ * table, where a probe is usually a cache miss (measured in one process, turn about, 1 MB
+ * rounds: multilingual text 4% faster with o200k_base, 7% with cl100k_base).
+ *
  * Pieces of at least tok->long_min bytes go to longpiece.c first (same ids, near-linear time);
  * it declines when its tables are unavailable, and then the heap runs as before.
  */
@@ -59,8 +64,11 @@ static int small_merge(const bpe_tokenizer *tok, const uint8_t *p, size_t n, uin
         if (ids[i] == BPE_NO_ID)
             return BPE_ERR_NOBYTE;
     }
-    for (i = 0; i + 1 < m; i++)
-        small_rank(tok, ids, i, rank, nid);
+    for (i = 0; i + 1 < m; i++) {   /* pairs of single bytes: byte_pairs, not the pair table */
+        const bpe_byte_pair *e = &tok->byte_pairs[(uint32_t)p[i] << 8 | p[i + 1]];
+        rank[i] = e->rank;
+        nid[i] = e->new_id;
+    }
     while (m > 1) {
         uint32_t best = NO_RANK;
         size_t b = 0;
@@ -181,14 +189,15 @@ static int init_symbols(const bpe_tokenizer *tok, bpe_merge_scratch *s, const ui
 }
 
 /* Fills the heap with every mergeable adjacent pair of the fresh symbols, then heapifies. */
-static int init_heap(const bpe_tokenizer *tok, bpe_merge_scratch *s, size_t n, size_t *hn)
+static int init_heap(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint8_t *p,
+                     size_t n, size_t *hn)
 {
     size_t i, k = 0;
     if (grow_heap(s, n) != BPE_OK)
         return BPE_ERR_NOMEM;
-    for (i = 0; i + 1 < n; i++) {
-        const bpe_pair_entry *e = bpe_pair_find(tok, s->syms[i].id, s->syms[i + 1].id);
-        if (e) {
+    for (i = 0; i + 1 < n; i++) {   /* pairs of single bytes: byte_pairs, not the pair table */
+        const bpe_byte_pair *e = &tok->byte_pairs[(uint32_t)p[i] << 8 | p[i + 1]];
+        if (e->rank != NO_RANK) {
             s->heap[k].key = ((uint64_t)e->rank << 32) | i;
             s->heap[k].new_id = e->new_id;
             s->heap[k].span = 2;
@@ -224,7 +233,7 @@ static int heap_merge(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint
     int rc;
     if (n >= (size_t)UINT32_MAX)
         return BPE_ERR_TOOBIG;
-    if ((rc = init_symbols(tok, s, p, n)) != BPE_OK || (rc = init_heap(tok, s, n, &hn)) != BPE_OK)
+    if ((rc = init_symbols(tok, s, p, n)) != BPE_OK || (rc = init_heap(tok, s, p, n, &hn)) != BPE_OK)
         return rc;
     while (hn > 0) {
         bpe_heap_entry top = s->heap[0];

@@ -438,7 +438,25 @@ static int build_tiktoken(bpe_tokenizer *tok, const bpe_spec *sp)
     return rc;
 }
 
-/* Fills pair_bits from the finished pair table (see tokenizer.h). */
+/* Fills byte_pairs from the finished pair table (see tokenizer.h). */
+static int build_byte_pairs(bpe_tokenizer *tok)
+{
+    size_t a, b;
+    tok->byte_pairs = malloc(65536 * sizeof *tok->byte_pairs);
+    if (tok->byte_pairs == NULL)
+        return BPE_ERR_NOMEM;
+    for (a = 0; a < 256; a++)
+        for (b = 0; b < 256; b++) {
+            const bpe_pair_entry *e = NULL;
+            if (tok->byte_id[a] != BPE_NO_ID && tok->byte_id[b] != BPE_NO_ID)
+                e = bpe_pair_find(tok, tok->byte_id[a], tok->byte_id[b]);
+            tok->byte_pairs[a << 8 | b].rank = e ? e->rank : UINT32_MAX;
+            tok->byte_pairs[a << 8 | b].new_id = e ? e->new_id : BPE_NO_ID;
+        }
+    return BPE_OK;
+}
+
+/* Fills pair_bits from the finished pair table (see tokenizer.h), then byte_pairs. */
 static int build_pair_bits(bpe_tokenizer *tok)
 {
     size_t i;
@@ -453,7 +471,7 @@ static int build_pair_bits(bpe_tokenizer *tok)
         tok->pair_bits[a][0] |= (uint8_t)bpe_pair_bit(b);
         tok->pair_bits[b][1] |= (uint8_t)bpe_pair_bit(a);
     }
-    return BPE_OK;
+    return build_byte_pairs(tok);
 }
 
 /* The shortest piece for longpiece.c: BPE_CFFI_LONG_PIECE (decimal bytes; 0: never) if set
@@ -544,6 +562,7 @@ void bpe_tokenizer_free(bpe_tokenizer *tok)
     bpe_table_free(tok->special_tab, (tok->special_mask + 1) * sizeof *tok->special_tab);
     free_pair_table(tok);
     free(tok->pair_bits);
+    free(tok->byte_pairs);
     free(tok->special_ids);
     bpe_long_tables_free(tok->long_tables);
     free(tok);

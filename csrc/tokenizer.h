@@ -27,6 +27,13 @@ typedef struct bpe_pair_entry {
     uint32_t new_id;    /* id of the token whose bytes are left's then right's */
 } bpe_pair_entry;
 
+/* A merge of two single-byte tokens, by their bytes: every piece's first pairs are of those,
+ * and this table (512 KiB) stays in cache where the pair table does not (see merge.c). */
+typedef struct bpe_byte_pair {
+    uint32_t rank;      /* UINT32_MAX: the two do not merge */
+    uint32_t new_id;
+} bpe_byte_pair;
+
 #define BPE_PAIR_EMPTY UINT64_MAX
 
 /* Where the bytes of one id live. */
@@ -90,6 +97,9 @@ struct bpe_tokenizer {
     uint8_t (*pair_bits)[2];      /* id_limit filters over the pair table: pair_bits[a][0] has
                                      bpe_pair_bit(b) set for every pair (a, b) in it, and
                                      pair_bits[b][1] has bpe_pair_bit(a) set */
+    bpe_byte_pair *byte_pairs;    /* 65536 entries: the pair table's answer for the tokens of
+                                     bytes a, b at byte_pairs[a << 8 | b] (rank UINT32_MAX: no
+                                     merge, or a byte without a token) */
 
     size_t n_special;             /* special tokens, in spec order */
     uint32_t *special_ids;        /* their ids */
