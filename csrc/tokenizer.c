@@ -308,66 +308,54 @@ static int build_merges(bpe_tokenizer *tok, const bpe_spec *sp, size_t *bad)
     return rc;
 }
 
-/* Calls back (or counts, when insert is 0) every split of every token into two tokens. */
-static size_t tiktoken_pairs(bpe_tokenizer *tok, const bpe_spec *sp, int insert)
-{
-    size_t i, count = 0;
-    for (i = 0; i < sp->n_tokens; i++) {
-        uint32_t id = sp->token_ids[i];
-        const uint8_t *p = tok->bytes + tok->by_id[id].off;
-        size_t n = tok->by_id[id].len, k;
-        for (k = 1; k < n; k++) {
-            uint32_t l = bpe_ordinary_lookup(tok, p, k, bpe_hash_bytes(p, k)), r;
-            if (l == BPE_NO_ID)
-                continue;
-            r = bpe_ordinary_lookup(tok, p + k, n - k, bpe_hash_bytes(p + k, n - k));
-            if (r == BPE_NO_ID)
-                continue;
-            count++;
-            if (insert)
-                pair_insert(tok, l, r, id, id);
-        }
-    }
-    return count;
-}
-
 /* ---- the tiktoken rule's pair table ---------------------------------------------------------
  * Under BPE_RULE_TIKTOKEN two adjacent tokens L, R merge (at rank T, into T) exactly when their
- * bytes together are a token T, so the table first gets every split of every token.  Yet of the
- * splits of a token T, only ONE can ever be adjacent: the pair that BPE of T's own bytes merges
+ * bytes together are a token T.  Yet of the splits of a token T into two tokens, only ONE can
+ * ever be adjacent: the pair that BPE of T's own bytes merges
  * last, its FINAL SPLIT.  Proof: say the merge of some piece has L and R as adjacent symbols
  * covering T's bytes.  Nothing has crossed the ends of that span (symbols only grow), so every
  * merge made inside it was the lowest (rank, position) candidate of the whole piece, hence of
  * the span: BPE of T's bytes alone makes the same merges in the same order and so reaches
  * [L, R] too, whose only candidate is L + R -> T, its last merge.  A token whose own bytes do
  * not end as [T] (or hold a byte without a token) has no final split and is never formed.
- * So the table is rebuilt with the final splits only: no merge of any piece ever looks up a
- * pair it dropped, so every result is unchanged (the differential tests of test_c_core.py
- * use random vocabularies with shuffled ranks, where tokens have many splits).  o200k_base:
- * 446,189 splits, 199,742 final ones, so the table shrinks from 16 to 8 MiB (cl100k_base: 8
- * to 4) and its probes, most of the time of merging pieces that are not tokens, miss the
- * cache less. */
+ * So the table holds the final splits only: no merge of any piece ever looks up a pair left
+ * out, so every result is that of the rule (the differential tests of test_c_core.py use
+ * random vocabularies with shuffled ranks, where tokens have many splits).  o200k_base: 446,189
+ * splits, 199,742 final ones, so the table is 8 MiB instead of 16 (cl100k_base: 4 instead of
+ * 8) and its probes, most of the time of merging pieces that are not tokens, miss the cache
+ * less.  Each final split comes from BPE of the token's bytes under the rule itself, two
+ * adjacent symbols looked up as one token in the whole-token table (final_split).  (The
+ * table of all splits, built first and used for that BPE, took two passes of lookups over
+ * every split point of every token: o200k_base loaded in 0.9 s.) */
 
-static void split_rank(const bpe_tokenizer *tok, const uint32_t *ids, size_t i, uint32_t *rank,
-                       uint32_t *nid)
+/* rank[i] of final_split: the id of the token that symbols i and i + 1 make together (their
+ * bytes p[start[i] .. start[i + 2]) are a token), else UINT32_MAX. */
+static void span_rank(const bpe_tokenizer *tok, const uint8_t *p, const uint32_t *start,
+                      size_t i, uint32_t *rank)
 {
-    const bpe_pair_entry *e = bpe_pair_probe(tok, ids[i], ids[i + 1]);
-    rank[i] = e ? e->rank : UINT32_MAX;
-    nid[i] = e ? e->new_id : BPE_NO_ID;
+    const uint8_t *s = p + start[i];
+    size_t n = start[i + 2] - start[i];
+    uint32_t id = bpe_ordinary_lookup(tok, s, n, bpe_hash_bytes(s, n));
+    rank[i] = id == BPE_NO_ID ? UINT32_MAX : id;
 }
 
-/* The final split of the token whose bytes are p[0..n), n >= 2, under the current pair table:
- * BPE of the bytes (the plain quadratic algorithm, in ids/rank/nid, each with room for n)
- * ends by merging *left and *right.  Returns 0 when it does not end in one token. */
+/* The final split of the token whose bytes are p[0..n), n >= 2: BPE of the bytes by the plain
+ * quadratic algorithm under the tiktoken rule (adjacent symbols merge when their bytes are a
+ * token, lowest id first, leftmost on ties) ends by merging *left and *right.  Symbol i is
+ * ids[i], covering p[start[i] .. start[i + 1]) (start[m] = n); ids, rank: room for n, start
+ * for n + 1.  Returns 0 when it does not end in one token. */
 static int final_split(const bpe_tokenizer *tok, const uint8_t *p, size_t n, uint32_t *ids,
-                       uint32_t *rank, uint32_t *nid, uint32_t *left, uint32_t *right)
+                       uint32_t *start, uint32_t *rank, uint32_t *left, uint32_t *right)
 {
     size_t m = n, i, b;
-    for (i = 0; i < n; i++)
+    for (i = 0; i < n; i++) {
         if ((ids[i] = tok->byte_id[p[i]]) == BPE_NO_ID)
             return 0;
+        start[i] = (uint32_t)i;
+    }
+    start[n] = (uint32_t)n;
     for (i = 0; i + 1 < n; i++)
-        split_rank(tok, ids, i, rank, nid);
+        span_rank(tok, p, start, i, rank);
     for (;;) {
         for (b = 0, i = 1; i + 1 < m; i++)
             if (rank[i] < rank[b])
@@ -379,17 +367,18 @@ static int final_split(const bpe_tokenizer *tok, const uint8_t *p, size_t n, uin
             *right = ids[1];
             return 1;
         }
-        ids[b] = nid[b];
+        ids[b] = rank[b];
         for (i = b + 1; i + 1 < m; i++) {   /* remove symbol b + 1 */
             ids[i] = ids[i + 1];
             rank[i] = rank[i + 1];
-            nid[i] = nid[i + 1];
         }
+        for (i = b + 1; i < m; i++)
+            start[i] = start[i + 1];
         m--;
         if (b + 1 < m)
-            split_rank(tok, ids, b, rank, nid);
+            span_rank(tok, p, start, b, rank);
         if (b > 0)
-            split_rank(tok, ids, b - 1, rank, nid);
+            span_rank(tok, p, start, b - 1, rank);
     }
 }
 
@@ -403,14 +392,15 @@ static int final_splits(const bpe_tokenizer *tok, const bpe_spec *sp, uint32_t *
     for (i = 0; i < sp->n_tokens; i++)
         if (tok->by_id[sp->token_ids[i]].len > longest)
             longest = tok->by_id[sp->token_ids[i]].len;
-    if ((work = malloc(3 * longest * sizeof *work)) == NULL)
+    if (longest > (SIZE_MAX / sizeof *work - 1) / 3 ||
+        (work = malloc((3 * longest + 1) * sizeof *work)) == NULL)
         return BPE_ERR_NOMEM;
     *kept = 0;
     for (i = 0; i < sp->n_tokens; i++) {
         const bpe_token_ref *r = &tok->by_id[sp->token_ids[i]];
         split[2 * i] = split[2 * i + 1] = BPE_NO_ID;
         if (r->len >= 2 && final_split(tok, tok->bytes + r->off, r->len, work, work + longest,
-                                       work + 2 * longest, &split[2 * i], &split[2 * i + 1]))
+                                       work + 2 * longest + 1, &split[2 * i], &split[2 * i + 1]))
             (*kept)++;
     }
     free(work);
@@ -421,16 +411,11 @@ static int build_tiktoken(bpe_tokenizer *tok, const bpe_spec *sp)
 {
     size_t n = sp->n_tokens, kept, i;
     uint32_t *split;
-    int rc = new_pair_table(tok, tiktoken_pairs(tok, sp, 0));
-    if (rc != BPE_OK)
-        return rc;
-    tiktoken_pairs(tok, sp, 1);
+    int rc;
     if (n > SIZE_MAX / (2 * sizeof *split) || (split = malloc(2 * (n ? n : 1) * sizeof *split)) == NULL)
         return BPE_ERR_NOMEM;
-    if ((rc = final_splits(tok, sp, split, &kept)) == BPE_OK) {
-        free_pair_table(tok);
+    if ((rc = final_splits(tok, sp, split, &kept)) == BPE_OK)
         rc = new_pair_table(tok, kept);
-    }
     for (i = 0; rc == BPE_OK && i < n; i++)
         if (split[2 * i] != BPE_NO_ID)
             pair_insert(tok, split[2 * i], split[2 * i + 1], sp->token_ids[i], sp->token_ids[i]);
