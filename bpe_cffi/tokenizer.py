@@ -380,7 +380,10 @@ class Tokenizer:
                     cache_capacity=DEFAULT_CACHE_CAPACITY, ignore_merges=True, **extra):
         if not isinstance(special, dict):
             raise TypeError("special_tokens must be a dict {str: id}")
-        by_bytes = {b: i for i, b in vocab.items()}
+        wanted = {s.encode("utf-8") for s in special if isinstance(s, str)}
+        # the ordinary ids of special tokens' bytes; a whole reverse map only when some are
+        by_bytes = {} if wanted.isdisjoint(vocab.values()) else \
+            {b: i for i, b in vocab.items() if b in wanted}
         for s, i in special.items():
             if not isinstance(s, str) or not s:
                 raise ValueError(f"special token {s!r} must be a non-empty str")
@@ -455,8 +458,10 @@ class Tokenizer:
             raise ValueError(f"cache_capacity must be an int >= 0, not {cache_capacity!r}")
         opts, unk_id, prefix, suffix = self._options(extra, rule, vocab)
         special_ids = set(special.values())
-        vocab = {i: b for i, b in vocab.items() if i not in special_ids or i == unk_id}
-        if len(vocab) != len({b for b in vocab.values()}):
+        vocab = dict(vocab)
+        for i in special_ids.intersection(vocab).difference({unk_id}):
+            del vocab[i]
+        if len(vocab) != len(set(vocab.values())):
             raise ValueError("vocab: two tokens have the same bytes")
         special_bytes = {s.encode("utf-8") for s in special}
         merges = [(a, b) for a, b in merges if a + b not in special_bytes
@@ -492,10 +497,9 @@ class Tokenizer:
             self._py_split = regex.compile(regex_str)
 
         order = sorted(vocab)
-        tok_bytes = b"".join(vocab[i] for i in order)
-        offsets = [0]
-        for i in order:
-            offsets.append(offsets[-1] + len(vocab[i]))
+        ordered = list(map(vocab.__getitem__, order))
+        tok_bytes = b"".join(ordered)
+        offsets = list(itertools.accumulate(map(len, ordered), initial=0))
         keep = []
         spec = ffi.new("bpe_spec *")
         spec.rule = _RULE_C[rule]
