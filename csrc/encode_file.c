@@ -4,11 +4,13 @@
  * Pipeline, repeated until the input ends: the calling thread reads raw bytes, keeps an
  * incomplete trailing UTF-8 sequence for the next read (bpe_utf8_complete_prefix), decodes the
  * rest with U+FFFD replacement exactly as errors="replace" (bpe_utf8_replace_invalid), and cuts
- * the decoded text into chunks of about CHUNK bytes at stable points (bpe_stable_prefix: the
- * pre-tokenizer's safe cut, never inside or just before a possible special token), so encoding
- * the chunks separately gives the ids of the whole text.  A round takes one chunk per thread,
- * encodes them in parallel (threads started and joined per round, see batch.c), then writes
- * their ids in order.  Memory is bounded by threads x (chunk text + its ids) plus the carry,
+ * the decoded text into chunks of about CHUNK / JOBS_PER_THREAD bytes at stable points
+ * (bpe_stable_prefix: the pre-tokenizer's safe cut, never inside or just before a possible
+ * special token), so encoding the chunks separately gives the ids of the whole text.  A round
+ * takes JOBS_PER_THREAD chunks per thread, which the threads claim one at a time (threads
+ * started and joined per round, see batch.c), then writes their ids in order.  With one chunk
+ * per thread, a thread whose chunk went slower (or which the scheduler set aside) kept the
+ * others waiting at the end of every round; smaller chunks claimed in turn even that out.  Memory is bounded by threads x (chunk text + its ids) plus the carry,
  * a few tens of MB whatever the file size and the thread count (chunks shrink as threads
  * grow, see chunk_size).  Only a text with no stable cut for a long stretch (megabytes of one
  * piece) grows a chunk, until a cut appears.
@@ -35,7 +37,8 @@
 #include "tokenizer.h"
 #include "utf8.h"
 
-#define CHUNK ((size_t)4 << 20)
+#define CHUNK ((size_t)4 << 20)      /* text of one round per thread */
+#define JOBS_PER_THREAD 4
 #define ROUND_BUDGET ((size_t)32 << 20)   /* text of one round, all threads together */
 #define MIN_CHUNK ((size_t)256 << 10)
 #define MIN_READ ((size_t)64 << 10)
@@ -189,17 +192,17 @@ static int write_ids(int fd, const bpe_ids *ids, int width, bpe_bytes *buf)
     return write_all(fd, buf->data, n);
 }
 
-/* The chunk size: CHUNK, smaller with many threads so that a round's text (and with it the
- * ids, the write buffer, the reader's carry) stays within ROUND_BUDGET. */
+/* The chunk size: CHUNK / JOBS_PER_THREAD, smaller with many threads so that a round's text
+ * (and with it the ids, the write buffer, the reader's carry) stays within ROUND_BUDGET. */
 static size_t chunk_size(int threads)
 {
     const char *s = getenv("BPE_CFFI_FILE_CHUNK");
     long v = s ? atol(s) : 0;
-    size_t c = CHUNK;
+    size_t c = CHUNK / JOBS_PER_THREAD, jobs = (size_t)threads * JOBS_PER_THREAD;
     if (v >= 64)
         return (size_t)v;
-    if ((size_t)threads * c > ROUND_BUDGET)
-        c = ROUND_BUDGET / (size_t)threads;
+    if (jobs * c > ROUND_BUDGET)
+        c = ROUND_BUDGET / jobs;
     return c < MIN_CHUNK ? MIN_CHUNK : c;
 }
 
@@ -207,7 +210,8 @@ static size_t chunk_size(int threads)
 typedef struct file_call {
     reader r;
     job *jobs;
-    int n_jobs;
+    int n_jobs;                 /* chunks per round */
+    int n_threads;
     bpe_bytes wbuf;
     int out_fd;
     char *tmp;
@@ -239,7 +243,7 @@ static int do_round(file_call *fc, const bpe_tokenizer *tok, const uint8_t *mode
     *more = rd.n > 0;
     if (rd.n == 0)
         return BPE_OK;
-    bpe_run_threads((int)rd.n, round_worker, &rd);
+    bpe_run_threads(rd.n < (size_t)fc->n_threads ? (int)rd.n : fc->n_threads, round_worker, &rd);
     for (i = 0; i < rd.n; i++) {
         job *j = &fc->jobs[i];
         if (j->rc != BPE_OK) {
@@ -319,8 +323,9 @@ int bpe_encode_file(const bpe_tokenizer *tok, const char *in_path, const char *o
     fc.r.fd = fc.out_fd = -1;
     fc.r.tok = tok;
     fc.r.mode = special_mode;
-    fc.n_jobs = bpe_thread_count(n_threads, SIZE_MAX);
-    fc.r.chunk = chunk_size(fc.n_jobs);
+    fc.n_threads = bpe_thread_count(n_threads, SIZE_MAX);
+    fc.n_jobs = fc.n_threads * JOBS_PER_THREAD;
+    fc.r.chunk = chunk_size(fc.n_threads);
     if ((rc = open_files(&fc, in_path, out_path, &size)) != BPE_OK)
         return finish(&fc, out_path, rc);
     if (progress) {
