@@ -10,9 +10,10 @@
  * takes JOBS_PER_THREAD chunks per thread, which the threads claim one at a time (threads
  * started and joined per round, see batch.c), then writes their ids in order.  With one chunk
  * per thread, a thread whose chunk went slower (or which the scheduler set aside) kept the
- * others waiting at the end of every round; smaller chunks claimed in turn even that out.  Memory is bounded by threads x (chunk text + its ids) plus the carry,
- * a few tens of MB whatever the file size and the thread count (chunks shrink as threads
- * grow, see chunk_size).  Only a text with no stable cut for a long stretch (megabytes of one
+ * others waiting at the end of every round; smaller chunks claimed in turn even that out.
+ * Memory is bounded by a round's chunks (text + ids) plus the carry, a few tens of MB
+ * whatever the file size and the thread count (chunks shrink as threads grow, see
+ * chunk_size).  Only a text with no stable cut for a long stretch (megabytes of one
  * piece) grows a chunk, until a cut appears.
  *
  * Output goes to a temporary file beside out_path (mkstemp), renamed over out_path only after
@@ -243,7 +244,8 @@ static int do_round(file_call *fc, const bpe_tokenizer *tok, const uint8_t *mode
     *more = rd.n > 0;
     if (rd.n == 0)
         return BPE_OK;
-    bpe_run_threads(rd.n < (size_t)fc->n_threads ? (int)rd.n : fc->n_threads, round_worker, &rd);
+    bpe_run_threads(rd.n < (size_t)fc->n_threads ? (int)rd.n : fc->n_threads, round_worker,
+                    &rd);
     for (i = 0; i < rd.n; i++) {
         job *j = &fc->jobs[i];
         if (j->rc != BPE_OK) {
