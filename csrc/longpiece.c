@@ -147,9 +147,6 @@ struct bpe_long_tables {
     uint32_t *slot_of;    /* id_limit entries: the slot of each ordinary id, NONE for others */
     uint32_t *id_of;      /* an entry per slot: the id of each slot */
     uint32_t root[256];   /* the trie node of each one-byte string, NONE if not in the trie */
-    const bpe_byte_pair *byte_pairs;   /* tok->byte_pairs: the rank of merging the tokens of
-                             two bytes (first byte high), NONE if they do not merge; most
-                             probes of a pair check are of two bytes, and it stays in cache */
     uint32_t *node2;      /* 65536 entries: the node of each two-byte string (first byte high),
                              NONE if not in the trie; the walk starts there, skipping the two
                              widest levels (their bisections were half of the walk's
@@ -442,7 +439,7 @@ typedef struct trie_build {
 } trie_build;
 
 /* Adds the nodes of depth d (strings of d bytes), children in byte order after their parents;
- * sets best[], and b->shorter of the tokens of d bytes (set_links moves it to their ids). */
+ * sets best[], and b->shorter of the tokens of d bytes (set_slots moves it to tokens[]). */
 static void add_depth(bpe_long_tables *t, trie_build *b, size_t d)
 {
     uint32_t prev_parent = NONE, node = NONE;
@@ -563,10 +560,8 @@ static int build_tables(const bpe_tokenizer *tok, bpe_long_tables **out)
     entry *ent = NULL;
     uint8_t *packed = NULL;
     int rc = BPE_ERR_NOMEM;
-    if (t != NULL && (t->sym = malloc(4 * MAX_TOKEN * sizeof *t->sym + MAX_TOKEN)) != NULL) {
-        t->byte_pairs = tok->byte_pairs;
+    if (t != NULL && (t->sym = malloc(4 * MAX_TOKEN * sizeof *t->sym + MAX_TOKEN)) != NULL)
         rc = BPE_OK;
-    }
     if (rc == BPE_OK && (rc = list_tokens(tok, &ent, &count)) == BPE_OK &&
         (rc = sort_entries(ent, count)) == BPE_OK &&
         (rc = pack_entries(ent, count, &packed)) == BPE_OK)
@@ -731,10 +726,12 @@ static inline uint32_t rank_far(const bpe_tokenizer *tok, const bpe_long_tables 
     return probe(tok, t, w, start, (size_t)tk[p].len + tk[q].len, p, q);
 }
 
-/* The rank of merging single-byte tokens p, q (byte_pairs, which stays in cache). */
-static inline uint32_t rank_bytes(const bpe_long_tables *t, uint32_t p, uint32_t q)
+/* The rank of merging single-byte tokens p, q (tok->byte_pairs: most probes of a pair check
+ * are of two bytes, and that table stays in cache). */
+static inline uint32_t rank_bytes(const bpe_tokenizer *tok, const bpe_long_tables *t,
+                                  uint32_t p, uint32_t q)
 {
-    return t->byte_pairs[t->tokens[p].left << 8 | t->tokens[q].left].rank;
+    return bpe_byte_pair_of(tok, (uint8_t)t->tokens[p].left, (uint8_t)t->tokens[q].left)->rank;
 }
 
 /* 1 if the GOOD tokens a, b (a ends at text position end) form a valid pair: BPE of a's bytes
@@ -746,7 +743,7 @@ static int pair_ok(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w,
     const long_token *tk = t->tokens;
     uint32_t la = tk[a].level, lb = tk[b].level;
     if ((la | lb) == 0)
-        return rank_bytes(t, a, b) == NONE;
+        return rank_bytes(tok, t, a, b) == NONE;
     if (rank_far(tok, t, w, end, a, b) != NONE)
         return 0;
     for (;;) {
@@ -761,7 +758,7 @@ static int pair_ok(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w,
             a = tk[a].right;
             la = tk[a].level;
         }
-        rk = (la | lb) == 0 ? rank_bytes(t, a, b) : rank_far(tok, t, w, end, a, b);
+        rk = (la | lb) == 0 ? rank_bytes(tok, t, a, b) : rank_far(tok, t, w, end, a, b);
         /* the pair crosses if it comes first: below r, or at r against b's merge (a's
          * merges lie to the left and win ties) */
         if (rk < r || (rk == r && b_side))
@@ -812,16 +809,18 @@ static uint32_t candidates_at(const bpe_long_tables *t, piece *w, size_t i)
  * of c's right spine), and x does not merge first with the byte after it.  On 1 MB of random
  * letters this flags ~80% of the tokens the search would otherwise push and pop again, and
  * fewer than 0.1% of the right ones. */
-static int defer(const bpe_long_tables *t, const piece *w, uint32_t c, size_t e)
+static int defer(const bpe_tokenizer *tok, const bpe_long_tables *t, const piece *w,
+                 uint32_t c, size_t e)
 {
-    uint32_t x, rvx;
+    uint8_t x;
+    uint32_t rvx;
     if (t->tokens[c].level == 0 || e >= w->n)
         return 0;
     x = w->p[e];
-    rvx = t->byte_pairs[(uint32_t)w->p[e - 1] << 8 | x].rank;
+    rvx = bpe_byte_pair_of(tok, w->p[e - 1], x)->rank;
     if (rvx >= t->tokens[c].bottom)
         return 0;
-    return e + 1 == w->n || t->byte_pairs[x << 8 | w->p[e + 1]].rank >= rvx;
+    return e + 1 == w->n || bpe_byte_pair_of(tok, x, w->p[e + 1])->rank >= rvx;
 }
 
 /* The backtracking search (see the top of the file); every byte of w->p has a single-byte
@@ -840,7 +839,7 @@ static int search(const bpe_tokenizer *tok, const bpe_long_tables *t, uint64_t *
             late = 0;
             head = cand = candidates_at(t, w, pos);
             if (head != NONE && token_state(tok, t, head) == TOK_GOOD &&
-                defer(t, w, head, pos + tk[head].len)) {
+                defer(tok, t, w, head, pos + tk[head].len)) {
                 late = 1;
                 cand = tk[head].shorter;
             }
@@ -875,7 +874,7 @@ static int search(const bpe_tokenizer *tok, const bpe_long_tables *t, uint64_t *
         pos -= tk[cand].len;
         /* resume after cand in its position's order */
         head = candidates_at(t, w, pos);
-        late = token_state(tok, t, head) == TOK_GOOD && defer(t, w, head, pos + tk[head].len);
+        late = token_state(tok, t, head) == TOK_GOOD && defer(tok, t, w, head, pos + tk[head].len);
         if (late && cand == head) {
             late = 2;          /* it was the last one */
             cand = NONE;

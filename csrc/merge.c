@@ -65,7 +65,7 @@ static int small_merge(const bpe_tokenizer *tok, const uint8_t *p, size_t n, uin
             return BPE_ERR_NOBYTE;
     }
     for (i = 0; i + 1 < m; i++) {   /* pairs of single bytes: byte_pairs, not the pair table */
-        const bpe_byte_pair *e = &tok->byte_pairs[(uint32_t)p[i] << 8 | p[i + 1]];
+        const bpe_byte_pair *e = bpe_byte_pair_of(tok, p[i], p[i + 1]);
         rank[i] = e->rank;
         nid[i] = e->new_id;
     }
@@ -196,7 +196,7 @@ static int init_heap(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint8
     if (grow_heap(s, n) != BPE_OK)
         return BPE_ERR_NOMEM;
     for (i = 0; i + 1 < n; i++) {   /* pairs of single bytes: byte_pairs, not the pair table */
-        const bpe_byte_pair *e = &tok->byte_pairs[(uint32_t)p[i] << 8 | p[i + 1]];
+        const bpe_byte_pair *e = bpe_byte_pair_of(tok, p[i], p[i + 1]);
         if (e->rank != NO_RANK) {
             s->heap[k].key = ((uint64_t)e->rank << 32) | i;
             s->heap[k].new_id = e->new_id;

@@ -441,7 +441,7 @@ static int build_byte_pairs(bpe_tokenizer *tok)
     return BPE_OK;
 }
 
-/* Fills pair_bits from the finished pair table (see tokenizer.h), then byte_pairs. */
+/* Fills pair_bits from the finished pair table (see tokenizer.h). */
 static int build_pair_bits(bpe_tokenizer *tok)
 {
     size_t i;
@@ -456,7 +456,7 @@ static int build_pair_bits(bpe_tokenizer *tok)
         tok->pair_bits[a][0] |= (uint8_t)bpe_pair_bit(b);
         tok->pair_bits[b][1] |= (uint8_t)bpe_pair_bit(a);
     }
-    return build_byte_pairs(tok);
+    return BPE_OK;
 }
 
 /* The shortest piece for longpiece.c: BPE_CFFI_LONG_PIECE (decimal bytes; 0: never) if set
@@ -504,7 +504,9 @@ static int build(bpe_tokenizer *tok, const bpe_spec *sp, size_t *bad)
     if ((rc = bpe_model_new(sp, tok)) != BPE_OK)
         return rc;
     rc = sp->rule == BPE_RULE_MERGES ? build_merges(tok, sp, bad) : build_tiktoken(tok, sp);
-    return rc == BPE_OK ? build_pair_bits(tok) : rc;
+    if (rc == BPE_OK)
+        rc = build_pair_bits(tok);
+    return rc == BPE_OK ? build_byte_pairs(tok) : rc;   /* it probes through pair_bits */
 }
 
 int bpe_tokenizer_new(const bpe_spec *spec, bpe_tokenizer **out, size_t *bad_index)

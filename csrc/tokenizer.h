@@ -193,6 +193,13 @@ static inline void bpe_ordinary_prefetch_bytes(const bpe_tokenizer *tok, uint64_
         BPE_PREFETCH(tok->bytes + bpe_long_key_off(s));
 }
 
+/* byte_pairs' entry for the single-byte tokens of bytes a then b. */
+static inline const bpe_byte_pair *bpe_byte_pair_of(const bpe_tokenizer *tok, uint8_t a,
+                                                    uint8_t b)
+{
+    return &tok->byte_pairs[(uint32_t)a << 8 | b];
+}
+
 /* The id of the ordinary token with exactly these bytes (hash h = bpe_hash_bytes), or
  * BPE_NO_ID. */
 uint32_t bpe_ordinary_lookup(const bpe_tokenizer *tok, const uint8_t *p, size_t n, uint64_t h);
