@@ -67,7 +67,10 @@
  * two-byte nodes, the search of 1 MB of random letters (cl100k, this loaded machine) went
  * from ~0.6 s to ~0.1 s.  Under the tiktoken rule a short pair that passes the filter is
  * looked up in the trie, not the table (probe()): its bytes are a token iff the node at its
- * depth on the walk is, and that token's id is the rank.
+ * depth on the walk is, and that token's id is the rank.  Where the reach at P's start is not
+ * known yet (P the right part of a token, inside it), such a pair is walked straight away
+ * (probe_walk(), a walk of its l <= 4 bytes that stops where the text leaves the trie) rather
+ * than walked to the reach first: o200k random letters 4-6% faster, cl100k 3%.
  *
  * THE WALK.  A step finds the child with one 16-byte compare of the node's sorted labels
  * (child()), so it mispredicts at most the answer; the walks are most of the search's
@@ -711,6 +714,22 @@ static NOINLINE uint32_t probe(const bpe_tokenizer *tok, const bpe_long_tables *
     return e ? e->rank : NONE;
 }
 
+/* probe() for a short pair under BPE_RULE_TIKTOKEN where the reach at start is not known: the
+ * walk of its l bytes (2 <= l <= TRIE_PROBE_MAX) answers, falling off the trie or not, in
+ * fewer steps than the walk to the reach that rank_far would memoise first. */
+static inline uint32_t probe_walk(const bpe_long_tables *t, const piece *w, size_t start, size_t l)
+{
+    const uint8_t *s = w->p + start;
+    uint32_t node = t->node2[(uint32_t)s[0] << 8 | s[1]], best;
+    size_t i;
+    for (i = 2; i < l && node != NONE; i++)
+        node = child(t, node, s[i]);
+    if (node == NONE)
+        return NONE;
+    best = t->node[node].best;
+    return best != NONE && t->tokens[best].len == l ? t->id_of[best] : NONE;
+}
+
 /* The rank of merging tokens p, q, not both single bytes, p ending at text position end;
  * NONE if they do not merge.  No probe when p's bytes and q's (the text from end - len p on)
  * begin no token. */
@@ -718,12 +737,15 @@ static inline uint32_t rank_far(const bpe_tokenizer *tok, const bpe_long_tables 
                                 size_t end, uint32_t p, uint32_t q)
 {
     const long_token *tk = t->tokens;
-    size_t start = end - tk[p].len, r = w->reach[start];
-    if (r == 0)
+    size_t start = end - tk[p].len, l = (size_t)tk[p].len + tk[q].len, r = w->reach[start];
+    if (r == 0) {
+        if (tok->rule == BPE_RULE_TIKTOKEN && l <= TRIE_PROBE_MAX)
+            return probe_walk(t, w, start, l);
         r = walk_reach(t, w, start);
-    if ((size_t)tk[p].len + tk[q].len > r)
+    }
+    if (l > r)
         return NONE;
-    return probe(tok, t, w, start, (size_t)tk[p].len + tk[q].len, p, q);
+    return probe(tok, t, w, start, l, p, q);
 }
 
 /* The rank of merging single-byte tokens p, q (tok->byte_pairs: most probes of a pair check
