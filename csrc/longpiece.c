@@ -164,8 +164,10 @@ struct bpe_long_tables {
     uint32_t *sym;        /* classifier work arrays, MAX_TOKEN entries each, used under */
     uint32_t *sym_level;  /* fill_lock: a symbol's id and level, */
     uint8_t *sym_good;    /* whether M holds in its tree, */
-    uint32_t *pair_rank;  /* and the rank and result of the pair it starts */
+    uint32_t *pair_rank;  /* and the rank and result of the pair it starts, */
     uint32_t *pair_nid;
+    uint32_t *sym_start;  /* and where its bytes start in the token's (MAX_TOKEN + 1 entries:
+                             sym_start[m] is the token's length) */
 };
 
 void bpe_long_tables_free(bpe_long_tables *t)
@@ -184,11 +186,30 @@ void bpe_long_tables_free(bpe_long_tables *t)
 
 /* ---- classifying a token (lazily, under fill_lock) --------------------------------------- */
 
-static void sim_pair(const bpe_tokenizer *tok, bpe_long_tables *t, size_t i)
+static inline uint32_t token_at(const bpe_long_tables *t, const uint8_t *s, size_t l);
+
+/* The rank and result of merging symbols i and i+1 of the simulation of the token whose bytes
+ * are p.  Two single bytes: the byte-pair table; under BPE_RULE_TIKTOKEN a pair merges iff its
+ * bytes are a token, and the rank is that token's id, which the trie gives; else the pair
+ * table, whose probes miss the cache (classifying a token took ~1 us that way). */
+static void sim_pair(const bpe_tokenizer *tok, bpe_long_tables *t, const uint8_t *p, size_t i)
 {
-    const bpe_pair_entry *e = bpe_pair_find(tok, t->sym[i], t->sym[i + 1]);
-    t->pair_rank[i] = e ? e->rank : NONE;
-    t->pair_nid[i] = e ? e->new_id : 0;
+    uint32_t start = t->sym_start[i], rank, nid;
+    if ((t->sym_level[i] | t->sym_level[i + 1]) == 0) {
+        const bpe_byte_pair *bp = bpe_byte_pair_of(tok, p[start], p[start + 1]);
+        rank = bp->rank;
+        nid = bp->new_id;
+    } else if (tok->rule == BPE_RULE_TIKTOKEN) {
+        rank = nid = token_at(t, p + start, t->sym_start[i + 2] - start);
+        if (rank != NONE)
+            rank = nid = t->id_of[rank];
+    } else {
+        const bpe_pair_entry *e = bpe_pair_find(tok, t->sym[i], t->sym[i + 1]);
+        rank = e ? e->rank : NONE;
+        nid = e ? e->new_id : 0;
+    }
+    t->pair_rank[i] = rank;
+    t->pair_nid[i] = rank != NONE ? nid : 0;
 }
 
 /* Symbols i and i+1 of the simulation merge (of m); the new token is recorded if unknown:
@@ -220,7 +241,9 @@ static void sim_merge(bpe_long_tables *t, size_t i, size_t m)
         t->sym_good[j] = t->sym_good[j + 1];
         t->pair_rank[j] = t->pair_rank[j + 1];
         t->pair_nid[j] = t->pair_nid[j + 1];
+        t->sym_start[j] = t->sym_start[j + 1];
     }
+    t->sym_start[m - 1] = t->sym_start[m];
 }
 
 /* Runs BPE on token x's bytes by the plain rule (scan for the lowest rank, leftmost), which
@@ -237,9 +260,11 @@ static void classify(const bpe_tokenizer *tok, bpe_long_tables *t, uint32_t x)
         }
         t->sym_level[i] = 0;
         t->sym_good[i] = 1;
+        t->sym_start[i] = (uint32_t)i;
     }
+    t->sym_start[m] = (uint32_t)m;
     for (i = 0; i + 1 < m; i++)
-        sim_pair(tok, t, i);
+        sim_pair(tok, t, p, i);
     while (m > 1) {
         uint32_t best = NONE;
         for (i = 0, b = 0; i + 1 < m; i++)
@@ -251,9 +276,9 @@ static void classify(const bpe_tokenizer *tok, bpe_long_tables *t, uint32_t x)
             break;
         sim_merge(t, b, m--);
         if (b + 1 < m)
-            sim_pair(tok, t, b);
+            sim_pair(tok, t, p, b);
         if (b > 0)
-            sim_pair(tok, t, b - 1);
+            sim_pair(tok, t, p, b - 1);
     }
     if (t->tokens[x].state == TOK_UNKNOWN)
         __atomic_store_n(&t->tokens[x].state, TOK_UNUSABLE, __ATOMIC_RELEASE);
@@ -563,7 +588,7 @@ static int build_tables(const bpe_tokenizer *tok, bpe_long_tables **out)
     entry *ent = NULL;
     uint8_t *packed = NULL;
     int rc = BPE_ERR_NOMEM;
-    if (t != NULL && (t->sym = malloc(4 * MAX_TOKEN * sizeof *t->sym + MAX_TOKEN)) != NULL)
+    if (t != NULL && (t->sym = malloc((5 * MAX_TOKEN + 1) * sizeof *t->sym + MAX_TOKEN)) != NULL)
         rc = BPE_OK;
     if (rc == BPE_OK && (rc = list_tokens(tok, &ent, &count)) == BPE_OK &&
         (rc = sort_entries(ent, count)) == BPE_OK &&
@@ -578,7 +603,8 @@ static int build_tables(const bpe_tokenizer *tok, bpe_long_tables **out)
     t->sym_level = t->sym + MAX_TOKEN;
     t->pair_rank = t->sym_level + MAX_TOKEN;
     t->pair_nid = t->pair_rank + MAX_TOKEN;
-    t->sym_good = (uint8_t *)(t->pair_nid + MAX_TOKEN);
+    t->sym_start = t->pair_nid + MAX_TOKEN;
+    t->sym_good = (uint8_t *)(t->sym_start + MAX_TOKEN + 1);
     t->all_bytes = 1;
     for (i = 0; i < 256; i++)
         if (tok->byte_id[i] == BPE_NO_ID)
@@ -714,12 +740,10 @@ static NOINLINE uint32_t probe(const bpe_tokenizer *tok, const bpe_long_tables *
     return e ? e->rank : NONE;
 }
 
-/* probe() for a short pair under BPE_RULE_TIKTOKEN where the reach at start is not known: the
- * walk of its l bytes (2 <= l <= TRIE_PROBE_MAX) answers, falling off the trie or not, in
- * fewer steps than the walk to the reach that rank_far would memoise first. */
-static inline uint32_t probe_walk(const bpe_long_tables *t, const piece *w, size_t start, size_t l)
+/* The slot of the token whose bytes are s[0..l) (l >= 2), or NONE: a walk of l steps that
+ * stops where the bytes leave the trie. */
+static inline uint32_t token_at(const bpe_long_tables *t, const uint8_t *s, size_t l)
 {
-    const uint8_t *s = w->p + start;
     uint32_t node = t->node2[(uint32_t)s[0] << 8 | s[1]], best;
     size_t i;
     for (i = 2; i < l && node != NONE; i++)
@@ -727,7 +751,16 @@ static inline uint32_t probe_walk(const bpe_long_tables *t, const piece *w, size
     if (node == NONE)
         return NONE;
     best = t->node[node].best;
-    return best != NONE && t->tokens[best].len == l ? t->id_of[best] : NONE;
+    return best != NONE && t->tokens[best].len == l ? best : NONE;
+}
+
+/* probe() for a short pair under BPE_RULE_TIKTOKEN where the reach at start is not known: the
+ * walk of its l bytes (2 <= l <= TRIE_PROBE_MAX) answers, falling off the trie or not, in
+ * fewer steps than the walk to the reach that rank_far would memoise first. */
+static inline uint32_t probe_walk(const bpe_long_tables *t, const piece *w, size_t start, size_t l)
+{
+    uint32_t x = token_at(t, w->p + start, l);
+    return x != NONE ? t->id_of[x] : NONE;
 }
 
 /* The rank of merging tokens p, q, not both single bytes, p ending at text position end;
