@@ -456,46 +456,56 @@ static int pack_entries(entry *ent, size_t n, uint8_t **packed)
 
 /* ---- building: the trie of all ordinary tokens ------------------------------------------- */
 
-/* Trie construction state: each sorted token's node at the current depth; `active` lists the
- * tokens at least as long as the depth, in byte order. */
-typedef struct trie_build {
-    const entry *ent;
-    uint32_t *node;     /* per entry: the node of its prefix of the current depth */
-    uint32_t *active;   /* entry indexes */
-    size_t n_active;
-    uint32_t *shorter;  /* per entry: its token's `shorter`, set where it ends */
-} trie_build;
-
-/* Adds the nodes of depth d (strings of d bytes), children in byte order after their parents;
- * sets best[], and b->shorter of the tokens of d bytes (set_slots moves it to tokens[]). */
-static void add_depth(bpe_long_tables *t, trie_build *b, size_t d)
+/* The length of the longest common prefix of two sorted neighbours. */
+static size_t common_prefix(const entry *a, const entry *b)
 {
-    uint32_t prev_parent = NONE, node = NONE;
-    int prev_label = -1;
-    size_t i, m = 0;
-    for (i = 0; i < b->n_active; i++) {
-        uint32_t k = b->active[i], parent = b->node[k];
-        const entry *e = &b->ent[k];
-        int c = e->p[d - 1];
-        if (parent != prev_parent || c != prev_label) {
-            node = (uint32_t)t->n_nodes++;
-            t->label[node] = (uint8_t)c;
+    size_t n = a->len < b->len ? a->len : b->len, i = 0;
+    while (i < n && a->p[i] == b->p[i])
+        i++;
+    return i;
+}
+
+/* Numbers the nodes breadth first: the nodes of depth d (strings of d bytes) are nodes
+ * base[d] .. base[d + 1] - 1, in the order of the sorted tokens that make them (a token makes
+ * the nodes below its common prefix with the one before it); so the children of a node are
+ * consecutive and in byte order.  Returns the number of nodes, the root included. */
+static size_t number_depths(const entry *ent, size_t n, uint32_t *base)
+{
+    size_t i, d, total = 1;
+    memset(base, 0, (MAX_TOKEN + 2) * sizeof *base);
+    for (i = 0; i < n; i++)
+        for (d = i ? common_prefix(&ent[i - 1], &ent[i]) + 1 : 1; d <= ent[i].len; d++)
+            base[d + 1]++;
+    base[1] = 1;
+    for (d = 1; d <= MAX_TOKEN; d++) {
+        total += base[d + 1];
+        base[d + 1] += base[d];
+    }
+    return total;
+}
+
+/* Makes the nodes of the sorted tokens in one pass, each token's below its common prefix with
+ * the one before it: labels, first children, best[], and shorter[k] (the best of the node
+ * above the one where token k ends; set_slots moves it to tokens[]).  next[d] is the next
+ * node number of depth d, path[d] the current token's node of depth d. */
+static void add_nodes(bpe_long_tables *t, const entry *ent, size_t n, uint32_t *next,
+                      uint32_t *path, uint32_t *shorter)
+{
+    size_t i, d;
+    path[0] = 0;
+    for (i = 0; i < n; i++) {
+        for (d = i ? common_prefix(&ent[i - 1], &ent[i]) + 1 : 1; d <= ent[i].len; d++) {
+            uint32_t node = next[d]++, parent = path[d - 1];
+            t->label[node] = ent[i].p[d - 1];
             t->node[node].first = NONE;
             t->node[node].best = t->node[parent].best;
             if (t->node[parent].first == NONE)
                 t->node[parent].first = node;
-            prev_parent = parent;
-            prev_label = c;
+            path[d] = node;
         }
-        b->node[k] = node;
-        if (e->len > d) {
-            b->active[m++] = k;
-        } else {
-            t->node[node].best = k;
-            b->shorter[k] = t->node[parent].best;
-        }
+        t->node[path[ent[i].len]].best = (uint32_t)i;
+        shorter[i] = t->node[path[ent[i].len - 1]].best;
     }
-    b->n_active = m;
 }
 
 static int fill_node2(bpe_long_tables *t)
@@ -538,31 +548,24 @@ static int set_slots(const bpe_tokenizer *tok, bpe_long_tables *t, const entry *
 
 static int build_trie(const bpe_tokenizer *tok, bpe_long_tables *t, const entry *ent, size_t n)
 {
-    trie_build b;
-    size_t i, total = 1, d;
+    uint32_t *shorter = malloc((n ? n : 1) * sizeof *shorter);
+    uint32_t *depth = malloc(2 * (MAX_TOKEN + 2) * sizeof *depth);
+    size_t i, total = 0;
     int rc = BPE_ERR_NOMEM;
-    for (i = 0; i < n; i++)
-        total += ent[i].len;
-    b.ent = ent;
-    b.node = malloc((n ? n : 1) * sizeof *b.node);
-    b.active = malloc((n ? n : 1) * sizeof *b.active);
-    b.shorter = malloc((n ? n : 1) * sizeof *b.shorter);
-    if (b.node && b.active && b.shorter && total < NONE) {
-        t->node = malloc((total + 1) * sizeof *t->node);
-        t->label = calloc(total + LABEL_PAD, 1);
+    if (shorter != NULL && depth != NULL) {
+        total = number_depths(ent, n, depth);
+        if (total < NONE) {
+            t->node = malloc((total + 1) * sizeof *t->node);
+            t->label = calloc(total + LABEL_PAD, 1);
+        }
     }
     if (t->node && t->label) {
-        for (i = 0; i < n; i++) {
-            b.node[i] = 0;
-            b.active[i] = (uint32_t)i;
-        }
-        b.n_active = n;
-        t->n_nodes = 1;
-        t->node[0].first = NONE;   /* the others when add_depth makes them */
+        t->n_nodes = total;
+        t->node[0].first = NONE;   /* the others when add_nodes makes them */
         t->node[0].best = NONE;
-        for (d = 1; b.n_active > 0; d++)
-            add_depth(t, &b, d);
-        t->node[t->n_nodes].first = (uint32_t)t->n_nodes;
+        add_nodes(t, ent, n, depth, depth + MAX_TOKEN + 2, shorter);
+        t->node[t->n_nodes].first = (uint32_t)t->n_nodes;   /* the sentinel */
+        t->node[t->n_nodes].best = NONE;
         for (i = t->n_nodes; i-- > 0;)
             if (t->node[i].first == NONE)
                 t->node[i].first = t->node[i + 1].first;
@@ -572,11 +575,10 @@ static int build_trie(const bpe_tokenizer *tok, bpe_long_tables *t, const entry 
             t->root[t->label[i]] = (uint32_t)i;
         rc = fill_node2(t);
         if (rc == BPE_OK)
-            rc = set_slots(tok, t, ent, b.shorter, n);
+            rc = set_slots(tok, t, ent, shorter, n);
     }
-    free(b.node);
-    free(b.active);
-    free(b.shorter);
+    free(shorter);
+    free(depth);
     return rc;
 }
 
