@@ -435,9 +435,9 @@ static int sort_entries(entry *ent, size_t n)
 }
 
 /* Copies the bytes of the sorted entries end to end into a new buffer *packed (free it) and
- * points the entries there: the trie is built depth by depth, each depth a pass over the
- * tokens in sorted order reading one byte of each, which in tok->bytes (id order) was a cache
- * miss per token per depth. */
+ * points the entries there: the trie is built by two passes over the tokens in sorted order,
+ * each comparing a token's bytes with the one's before it, which in tok->bytes (id order) lie
+ * far apart. */
 static int pack_entries(entry *ent, size_t n, uint8_t **packed)
 {
     size_t total = 0, i;
