@@ -376,13 +376,24 @@ static uint64_t prefix8(const entry *e)
     return k;
 }
 
-/* One pass of the radix sort: by byte `shift / 8` of the keys, stably, from (k, x) to (k2, x2). */
-static void radix_pass(const uint64_t *k, const uint32_t *x, uint64_t *k2, uint32_t *x2,
-                       size_t n, int shift)
+/* The histograms of the eight bytes of the keys, in one pass: count[b][v] keys have the value
+ * v in byte b (byte 0 the lowest). */
+static void count_bytes(const uint64_t *k, size_t n, size_t (*count)[256])
 {
-    size_t count[256] = {0}, i, sum = 0;
+    size_t i;
+    int b;
+    memset(count, 0, 8 * sizeof *count);
     for (i = 0; i < n; i++)
-        count[(k[i] >> shift) & 255]++;
+        for (b = 0; b < 8; b++)
+            count[b][(k[i] >> (8 * b)) & 255]++;
+}
+
+/* One pass of the radix sort: by byte `shift / 8` of the keys, stably, from (k, x) to (k2, x2);
+ * count is that byte's histogram (turned into the running starts). */
+static void radix_pass(const uint64_t *k, const uint32_t *x, uint64_t *k2, uint32_t *x2,
+                       size_t n, int shift, size_t *count)
+{
+    size_t i, sum = 0;
     for (i = 0; i < 256; i++) {
         size_t c = count[i];
         count[i] = sum;
@@ -395,16 +406,33 @@ static void radix_pass(const uint64_t *k, const uint32_t *x, uint64_t *k2, uint3
     }
 }
 
+/* Sorts a run of entries that agree on their first eight bytes: by insertion when short (one
+ * qsort call per run cost more than the sorting; there are ~10^4 runs in o200k), else qsort. */
+static void sort_run(entry *e, size_t n)
+{
+    size_t i, j;
+    if (n > 32) {
+        qsort(e, n, sizeof *e, entry_cmp);
+        return;
+    }
+    for (i = 1; i < n; i++) {
+        entry x = e[i];
+        for (j = i; j > 0 && entry_cmp(&e[j - 1], &x) > 0; j--)
+            e[j] = e[j - 1];
+        e[j] = x;
+    }
+}
+
 /* Sorts ent[0..n) by bytes, a prefix before its extensions: a radix sort on the first eight
- * bytes (a comparison sort of 10^5 tokens with memcmp took ~0.2 s), then qsort inside each
- * run of entries that agree on them. */
+ * bytes (a comparison sort of 10^5 tokens with memcmp took ~0.2 s), then each run of entries
+ * that agree on them by comparison. */
 static int sort_entries(entry *ent, size_t n)
 {
     uint64_t *k = malloc(2 * (n ? n : 1) * sizeof *k);
     uint32_t *x = malloc(2 * (n ? n : 1) * sizeof *x);
     entry *tmp = malloc((n ? n : 1) * sizeof *tmp);
-    size_t i, j;
-    int shift;
+    size_t count[8][256], i, j;
+    int b;
     if (k == NULL || x == NULL || tmp == NULL) {
         free(k);
         free(x);
@@ -415,9 +443,10 @@ static int sort_entries(entry *ent, size_t n)
         k[i] = prefix8(&ent[i]);
         x[i] = (uint32_t)i;
     }
-    for (shift = 0; shift < 64; shift += 16) {   /* two byte passes per round: back in k, x */
-        radix_pass(k, x, k + n, x + n, n, shift);
-        radix_pass(k + n, x + n, k, x, n, shift + 8);
+    count_bytes(k, n, count);
+    for (b = 0; b < 8; b += 2) {   /* two byte passes per round: back in k, x */
+        radix_pass(k, x, k + n, x + n, n, 8 * b, count[b]);
+        radix_pass(k + n, x + n, k, x, n, 8 * b + 8, count[b + 1]);
     }
     for (i = 0; i < n; i++)
         tmp[i] = ent[x[i]];
@@ -426,7 +455,7 @@ static int sort_entries(entry *ent, size_t n)
         for (j = i + 1; j < n && k[j] == k[i]; j++)
             ;
         if (j - i > 1)
-            qsort(ent + i, j - i, sizeof *ent, entry_cmp);
+            sort_run(ent + i, j - i);
     }
     free(k);
     free(x);
