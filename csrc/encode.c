@@ -184,10 +184,12 @@ static int encode_segment(const bpe_tokenizer *tok, bpe_slot *s, const uint8_t *
         }
         if (done == found)
             return BPE_OK;
-        if (tok->ignore_merges && found - done > LOOKAHEAD / 2 &&
-            q[(done + LOOKAHEAD / 2) % LOOKAHEAD].has_hash)
-            /* its whole-token slot has arrived: a long token's bytes are the next miss */
-            bpe_ordinary_prefetch_bytes(tok, q[(done + LOOKAHEAD / 2) % LOOKAHEAD].hash);
+        if (tok->ignore_merges && found - done > LOOKAHEAD / 2) {
+            const pending *later = &q[(done + LOOKAHEAD / 2) % LOOKAHEAD];
+            if (later->has_hash)   /* its whole-token slot has arrived: a long token's bytes
+                                      are the next miss */
+                bpe_ordinary_prefetch_bytes(tok, later->hash);
+        }
         x = &q[done++ % LOOKAHEAD];
         rc = encode_piece(tok, s, seg + x->start, x->end - x->start,
                           x->has_hash ? &x->hash : NULL, out);
