@@ -129,20 +129,66 @@ static PyObject *extend_cache(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* The array of a new list of n items, filled by the caller: a list made empty and given
+ * an array from PyMem_Malloc, which is what the list frees, instead of PyList_New(n), which
+ * zeroes an array only to have it overwritten (making 30K lists of 2M ids took ~20% less
+ * time).  Free-threaded builds allocate list arrays their own way: PyList_New there. */
+#if defined(Py_GIL_DISABLED)
+static PyObject **new_list_items(PyObject **out, Py_ssize_t n)
+{
+    return (*out = PyList_New(n)) != NULL ? ((PyListObject *)*out)->ob_item : NULL;
+}
+
+/* Nothing to do: the items not set are still PyList_New's NULLs, which the list skips. */
+static void set_list_items(PyObject *out, PyObject **items, Py_ssize_t n)
+{
+    (void)out;
+    (void)items;
+    (void)n;
+}
+#else
+static PyObject **new_list_items(PyObject **out, Py_ssize_t n)
+{
+    PyObject **items;
+    if ((*out = PyList_New(0)) == NULL)
+        return NULL;
+    if ((items = PyMem_Malloc((size_t)n * sizeof *items)) == NULL) {
+        Py_CLEAR(*out);
+        PyErr_NoMemory();
+    }
+    return items;
+}
+
+/* Hands items to out, of which the first n are set. */
+static void set_list_items(PyObject *out, PyObject **items, Py_ssize_t n)
+{
+    ((PyListObject *)out)->ob_item = items;
+    ((PyListObject *)out)->allocated = n;
+    Py_SET_SIZE(out, n);
+}
+#endif
+
 /* A new list of the n ids at ids[0..n), or NULL with an exception. */
 static PyObject *make_list(const uint32_t *ids, Py_ssize_t n, const cached_ints *c)
 {
     const cached_ints cached = *c;   /* a local copy: the stores below cannot change it */
-    PyObject *out = PyList_New(n), **items;
+    PyObject *out, **items;
     Py_ssize_t i;
-    if (out == NULL)
+    if (n == 0) {
+        if ((out = PyList_New(0)) != NULL)
+            PyObject_GC_UnTrack(out);
+        return out;
+    }
+    if ((items = new_list_items(&out, n)) == NULL)
         return NULL;
-    items = ((PyListObject *)out)->ob_item;
     for (i = 0; i < n; i++)
-        if ((items[i] = id_object(&cached, ids[i])) == NULL) {
-            Py_DECREF(out);      /* the items not set yet are still NULL */
-            return NULL;
-        }
+        if ((items[i] = id_object(&cached, ids[i])) == NULL)
+            break;
+    set_list_items(out, items, i);
+    if (i < n) {
+        Py_DECREF(out);   /* and the ints made so far */
+        return NULL;
+    }
     PyObject_GC_UnTrack(out);   /* only ints: see "Garbage collection" above */
     return out;
 }
