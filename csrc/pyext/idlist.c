@@ -149,10 +149,11 @@ static void set_list_items(PyObject *out, PyObject **items, Py_ssize_t n)
 #else
 static PyObject **new_list_items(PyObject **out, Py_ssize_t n)
 {
-    PyObject **items;
+    PyObject **items = NULL;
     if ((*out = PyList_New(0)) == NULL)
         return NULL;
-    if ((items = PyMem_Malloc((size_t)n * sizeof *items)) == NULL) {
+    if ((size_t)n > (size_t)PY_SSIZE_T_MAX / sizeof *items ||   /* as PyList_New checks */
+        (items = PyMem_Malloc((size_t)n * sizeof *items)) == NULL) {
         Py_CLEAR(*out);
         PyErr_NoMemory();
     }
