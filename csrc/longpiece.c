@@ -493,16 +493,19 @@ static size_t common_prefix(const entry *a, const entry *b)
 }
 
 /* Numbers the nodes breadth first: the nodes of depth d (strings of d bytes) are nodes
- * base[d] .. base[d + 1] - 1, in the order of the sorted tokens that make them (a token makes
- * the nodes below its common prefix with the one before it); so the children of a node are
- * consecutive and in byte order.  Returns the number of nodes, the root included. */
-static size_t number_depths(const entry *ent, size_t n, uint32_t *base)
+ * base[d] .. base[d + 1] - 1, in the order of the sorted tokens that make them (token k makes
+ * the nodes of depths from[k] .. its length, below its common prefix with the one before it);
+ * so the children of a node are consecutive and in byte order.  Sets from[] and returns the
+ * number of nodes, the root included. */
+static size_t number_depths(const entry *ent, size_t n, uint32_t *base, uint16_t *from)
 {
     size_t i, d, total = 1;
     memset(base, 0, (MAX_TOKEN + 2) * sizeof *base);
-    for (i = 0; i < n; i++)
-        for (d = i ? common_prefix(&ent[i - 1], &ent[i]) + 1 : 1; d <= ent[i].len; d++)
+    for (i = 0; i < n; i++) {
+        from[i] = (uint16_t)(i ? common_prefix(&ent[i - 1], &ent[i]) + 1 : 1);
+        for (d = from[i]; d <= ent[i].len; d++)
             base[d + 1]++;
+    }
     base[1] = 1;
     for (d = 1; d <= MAX_TOKEN; d++) {
         total += base[d + 1];
@@ -511,17 +514,17 @@ static size_t number_depths(const entry *ent, size_t n, uint32_t *base)
     return total;
 }
 
-/* Makes the nodes of the sorted tokens in one pass, each token's below its common prefix with
- * the one before it: labels, first children, best[], and shorter[k] (the best of the node
- * above the one where token k ends; set_slots moves it to tokens[]).  next[d] is the next
- * node number of depth d, path[d] the current token's node of depth d. */
-static void add_nodes(bpe_long_tables *t, const entry *ent, size_t n, uint32_t *next,
-                      uint32_t *path, uint32_t *shorter)
+/* Makes the nodes of the sorted tokens in one pass, token k's of depths from[k] on (see
+ * number_depths): labels, first children, best[], and shorter[k] (the best of the node above
+ * the one where token k ends; set_slots moves it to tokens[]).  next[d] is the next node
+ * number of depth d, path[d] the current token's node of depth d. */
+static void add_nodes(bpe_long_tables *t, const entry *ent, size_t n, const uint16_t *from,
+                      uint32_t *next, uint32_t *path, uint32_t *shorter)
 {
     size_t i, d;
     path[0] = 0;
     for (i = 0; i < n; i++) {
-        for (d = i ? common_prefix(&ent[i - 1], &ent[i]) + 1 : 1; d <= ent[i].len; d++) {
+        for (d = from[i]; d <= ent[i].len; d++) {
             uint32_t node = next[d]++, parent = path[d - 1];
             t->label[node] = ent[i].p[d - 1];
             t->node[node].first = NONE;
@@ -577,10 +580,11 @@ static int build_trie(const bpe_tokenizer *tok, bpe_long_tables *t, const entry 
 {
     uint32_t *shorter = malloc((n ? n : 1) * sizeof *shorter);
     uint32_t *depth = malloc(2 * (MAX_TOKEN + 2) * sizeof *depth);
+    uint16_t *from = malloc((n ? n : 1) * sizeof *from);   /* MAX_TOKEN fits */
     size_t i, total = 0;
     int rc = BPE_ERR_NOMEM;
-    if (shorter != NULL && depth != NULL) {
-        total = number_depths(ent, n, depth);
+    if (shorter != NULL && depth != NULL && from != NULL) {
+        total = number_depths(ent, n, depth, from);
         if (total < NONE) {
             t->node = malloc((total + 1) * sizeof *t->node);
             t->label = calloc(total + LABEL_PAD, 1);
@@ -590,7 +594,7 @@ static int build_trie(const bpe_tokenizer *tok, bpe_long_tables *t, const entry 
         t->n_nodes = total;
         t->node[0].first = NONE;   /* the others when add_nodes makes them */
         t->node[0].best = NONE;
-        add_nodes(t, ent, n, depth, depth + MAX_TOKEN + 2, shorter);
+        add_nodes(t, ent, n, from, depth, depth + MAX_TOKEN + 2, shorter);
         t->node[t->n_nodes].first = (uint32_t)t->n_nodes;   /* the sentinel */
         t->node[t->n_nodes].best = NONE;
         for (i = t->n_nodes; i-- > 0;)
@@ -606,6 +610,7 @@ static int build_trie(const bpe_tokenizer *tok, bpe_long_tables *t, const entry 
     }
     free(shorter);
     free(depth);
+    free(from);
     return rc;
 }
 
