@@ -81,6 +81,23 @@ void bpe_table_free(void *p, size_t size)
     free(p);
 }
 
+/* A buffer growing to this size asks for huge pages (see bpe_advise_huge). */
+#define ADVISED_MIN ((size_t)8 << 20)
+
+/* See buffers.h. */
+void bpe_advise_huge(void *p, size_t size)
+{
+#if defined(MADV_HUGEPAGE)
+    uintptr_t start = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+    uintptr_t end = ((uintptr_t)p + size) & ~(uintptr_t)(HUGE_PAGE - 1);
+    if (size >= ADVISED_MIN && end > start)
+        (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)size;
+#endif
+}
+
 /* The capacity to grow `cap` to so that it holds `need` items of `size` bytes, or 0 if that
  * many bytes cannot be addressed. */
 static size_t grown_capacity(size_t cap, size_t need, size_t size)
@@ -109,6 +126,7 @@ static int reserve(void **data, size_t len, size_t *cap, size_t more, size_t siz
         return BPE_ERR_TOOBIG;
     if ((p = realloc(*data, c * size)) == NULL)
         return BPE_ERR_NOMEM;
+    bpe_advise_huge(p, c * size);
     *data = p;
     *cap = c;
     return BPE_OK;
@@ -143,6 +161,7 @@ int bpe_grow_array(void **buf, size_t *cap, size_t need, size_t elem)
     }
     if ((p = realloc(*buf, c * elem)) == NULL)
         return BPE_ERR_NOMEM;
+    bpe_advise_huge(p, c * elem);
     *buf = p;
     *cap = c;
     return BPE_OK;

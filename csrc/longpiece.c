@@ -104,6 +104,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buffers.h"
 #include "longpiece.h"
 #include "tokenizer.h"
 
@@ -986,6 +987,7 @@ int bpe_long_merge(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint8_t
         uint16_t *r = malloc((n + 1) * sizeof *r);
         if (r == NULL)
             return BPE_ERR_NOMEM;
+        bpe_advise_huge(r, (n + 1) * sizeof *r);
         free(s->reach);
         s->reach = r;
         s->reach_cap = n + 1;
