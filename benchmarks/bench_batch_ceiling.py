@@ -26,26 +26,10 @@ for a batch whose N lists cost no more to make than one list and that starts at 
 import argparse
 import itertools
 import lzma
-import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("BPE_CFFI_SHARED", ROOT.parent / "shared"))
-if not SHARED.exists():
-    SHARED = Path("/work/shared")
-VOCAB = Path(os.environ.get("BPE_CFFI_VOCAB_DIR", SHARED / "vocab"))
-CORPORA = Path(os.environ.get("BPE_CFFI_CORPORA_DIR", SHARED / "corpora"))
-PATTERN = {"gpt2": "gpt2", "cl100k_base": "cl100k", "o200k_base": "o200k"}
-
-
-def load(name):
-    from bpe_cffi import Tokenizer
-    if name == "gpt2":
-        return Tokenizer.from_files(VOCAB / "gpt2_vocab.json", VOCAB / "gpt2_merges.txt")
-    return Tokenizer.from_tiktoken(VOCAB / f"{name}.tiktoken", pattern=PATTERN[name])
+from bench_encode import CORPORA, PATTERN, ours    # paths and loaders shared with it
 
 
 class Parts:
@@ -156,7 +140,7 @@ def main():
     print(f"bench_batch_ceiling: {len(text.encode()) / 1e6:.1f} MB of en_books, {len(docs)} "
           f"documents, medians of {a.rounds} rounds (ms)")
     for name in a.vocab:
-        tok = load(name)
+        tok = ours(name)
         p = Parts(tok, text, docs)
         m = measure(p, a.rounds)
         print(f"\n{name}: {p.n_ids} ids\n  " + "  ".join(f"{k} {v:.1f}" for k, v in m.items()))
