@@ -11,8 +11,8 @@
 #include <sys/mman.h>
 
 #include "buffers.h"
+#include "huge_pages.h"
 
-#define HUGE_PAGE ((size_t)2 << 20)
 #define MAPPED_MIN ((size_t)1 << 20)   /* smaller tables come from malloc */
 
 /* Tables of megabytes are probed at random: with 4 KiB pages nearly every probe into the pair
@@ -36,7 +36,7 @@
  * when that overflows. */
 static size_t mapped_len(size_t size)
 {
-    return size > SIZE_MAX - HUGE_PAGE ? 0 : (size + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    return size > SIZE_MAX - BPE_HUGE_PAGE ? 0 : (size + BPE_HUGE_PAGE - 1) & ~(BPE_HUGE_PAGE - 1);
 }
 #endif
 
@@ -48,16 +48,16 @@ void *bpe_table_alloc(size_t size)
     size_t len = mapped_len(size), head;
     uint8_t *m;
     if (size >= MAPPED_MIN) {
-        if (len == 0 || len > SIZE_MAX - HUGE_PAGE)
+        if (len == 0 || len > SIZE_MAX - BPE_HUGE_PAGE)
             return NULL;
-        m = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+        m = mmap(NULL, len + BPE_HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                  -1, 0);
         if (m == MAP_FAILED)
             return NULL;
-        head = (HUGE_PAGE - (uintptr_t)m % HUGE_PAGE) % HUGE_PAGE;
+        head = (BPE_HUGE_PAGE - (uintptr_t)m % BPE_HUGE_PAGE) % BPE_HUGE_PAGE;
         if (head > 0)
             munmap(m, head);
-        munmap(m + head + len, HUGE_PAGE - head);
+        munmap(m + head + len, BPE_HUGE_PAGE - head);
         (void)madvise(m + head, len, MADV_HUGEPAGE);
         return m + head;
     }
@@ -79,23 +79,6 @@ void bpe_table_free(void *p, size_t size)
     (void)size;
 #endif
     free(p);
-}
-
-/* A buffer growing to this size asks for huge pages (see bpe_advise_huge). */
-#define ADVISED_MIN ((size_t)8 << 20)
-
-/* See buffers.h. */
-void bpe_advise_huge(void *p, size_t size)
-{
-#if defined(MADV_HUGEPAGE)
-    uintptr_t start = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
-    uintptr_t end = ((uintptr_t)p + size) & ~(uintptr_t)(HUGE_PAGE - 1);
-    if (size >= ADVISED_MIN && end > start)
-        (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
-#else
-    (void)p;
-    (void)size;
-#endif
 }
 
 /* The capacity to grow `cap` to so that it holds `need` items of `size` bytes, or 0 if that

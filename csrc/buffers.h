@@ -39,11 +39,4 @@ void *bpe_table_alloc(size_t size);
 /* Releases a block of bpe_table_alloc(size).  NULL is fine. */
 void bpe_table_free(void *p, size_t size);
 
-/* Asks the kernel to back the whole 2 MiB pages inside [p, p + size), a block of malloc of at
- * least 8 MiB, with transparent huge pages when they are first touched.  A page fault per
- * 4 KiB costs ~3 us on the virtual machines measured here, so the 20 MB of ids of 10 MB of
- * text spent ~15 ms faulting in, one per 2 MiB ~1 ms.  Only a hint: pages already present
- * stay as they are, and where huge pages are off it does nothing.  Smaller blocks: nothing. */
-void bpe_advise_huge(void *p, size_t size);
-
 #endif

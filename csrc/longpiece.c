@@ -104,7 +104,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buffers.h"
+#include "huge_pages.h"
 #include "longpiece.h"
 #include "tokenizer.h"
 

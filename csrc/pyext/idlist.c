@@ -41,10 +41,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../huge_pages.h"
 #include "../utf8_char.h"
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -132,29 +130,6 @@ static PyObject *extend_cache(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-#define HUGE_PAGE ((size_t)2 << 20)
-#define HUGE_ADVICE_MIN (4 * HUGE_PAGE)
-
-/* Asks the kernel to back the whole 2 MiB pages inside a new block of at least 8 MiB (a list
- * array, a joined text) with transparent huge pages, as the core does for its id buffers
- * (bpe_advise_huge in csrc/buffers.c, which this extension does not link).  Touching fresh
- * memory costs a page fault per 4 KiB page, ~3 us each on the virtual machines measured
- * here: 12 ms for the 16 MB array of a list of 2M ids.  Only a hint: pages already present
- * stay as they are, where huge pages are off it does nothing, and the block's contents and
- * owner are unchanged. */
-static void advise_huge_pages(void *p, size_t size)
-{
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    uintptr_t start = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
-    uintptr_t end = ((uintptr_t)p + size) & ~(uintptr_t)(HUGE_PAGE - 1);
-    if (size >= HUGE_ADVICE_MIN && end > start)
-        (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
-#else
-    (void)p;
-    (void)size;
-#endif
-}
-
 /* The array of a new list of n items, filled by the caller: a list made empty and given
  * an array from PyMem_Malloc, which is what the list frees, instead of PyList_New(n), which
  * zeroes an array only to have it overwritten (making 30K lists of 2M ids took ~20% less
@@ -184,7 +159,7 @@ static PyObject **new_list_items(PyObject **out, Py_ssize_t n)
         PyErr_NoMemory();
     }
     else
-        advise_huge_pages(items, (size_t)n * sizeof *items);
+        bpe_advise_huge(items, (size_t)n * sizeof *items);
     return items;
 }
 
@@ -518,7 +493,7 @@ static PyObject *join_items(PyObject *texts, item_length_fn length, item_write_f
         return NULL;
     }
     out = PyBytes_AS_STRING(joined);
-    advise_huge_pages(out, (size_t)total);
+    bpe_advise_huge(out, (size_t)total);
     for (k = 0; k < PyList_GET_SIZE(texts); k++)   /* the GIL is held: the list cannot change */
         out = write(PyList_GET_ITEM(texts, k), out, PyBytes_AS_STRING(joined) + total);
     result = PyTuple_Pack(2, joined, ends_obj);
