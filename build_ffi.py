@@ -35,7 +35,10 @@ def compile_args() -> list:
     elif os.environ.get("BPE_CFFI_DEBUG"):
         args += ["-O0", "-g"]
     else:
-        args += ["-O3"]
+        # Aligned functions and loops: without them the speed of the hot loops followed the
+        # code size of unrelated files (an edit to longpiece.c moved the pre-tokenizer's
+        # ascii_word_o200k by 0x1f0 bytes and made o200k prose ~20% slower).
+        args += ["-O3", "-falign-functions=64", "-falign-loops=32"]
     return args
 
 
