@@ -126,6 +126,8 @@
 #define TRIE_PROBE_MAX 4      /* longest pair that probe() looks up in the trie */
 #define LABEL_PAD 16          /* zero bytes after the labels: child() reads 16 at a time */
 #define FILL_SPINS 100000     /* yields while waiting for fill_lock before declining a piece */
+#define LATE_SHIFT 30         /* the search's stack: a slot, and its position's `late` above */
+#define SLOT_MASK ((1u << LATE_SHIFT) - 1)
 #define PAIR_MEMO_MAX 8192    /* most short tokens the pair memo covers (16 MB of bits) */
 #define PAIR_VALID 1u
 #define PAIR_INVALID 2u
@@ -367,6 +369,8 @@ static int list_tokens(const bpe_tokenizer *tok, entry **out, size_t *count)
             return BPE_LONG_DECLINED;
         n++;
     }
+    if (n > SLOT_MASK)
+        return BPE_LONG_DECLINED;   /* the search's stack keeps a slot in 30 bits */
     if ((ent = malloc((n ? n : 1) * sizeof *ent)) == NULL)
         return BPE_ERR_NOMEM;
     for (n = 0, id = 0; id < tok->id_limit; id++)
@@ -976,7 +980,10 @@ static int defer(const bpe_tokenizer *tok, const bpe_long_tables *t, const piece
 
 /* The backtracking search (see the top of the file); every byte of w->p has a single-byte
  * token.  At each position the candidates are tried longest first, except that a longest one
- * that defer() flags is tried last (late: 1 while the others are tried, 2 while it is). */
+ * that defer() flags is tried last (late: 1 while the others are tried, 2 while it is).  The
+ * stack ids[] holds each token's slot with the late of its position in the top bits, so that
+ * a backtrack resumes there without walking the trie and judging the longest again (on random
+ * letters one token in ten is taken back). */
 static int search(const bpe_tokenizer *tok, const bpe_long_tables *t, uint64_t *dead,
                   piece *w, uint32_t *ids, size_t *n_ids)
 {
@@ -1001,12 +1008,12 @@ static int search(const bpe_tokenizer *tok, const bpe_long_tables *t, uint64_t *
             if (st == TOK_BAD || st == TOK_UNKNOWN)
                 return BPE_LONG_DECLINED;
             if (st == TOK_GOOD && !is_dead(dead, end) &&
-                (k == 0 || pair_valid(tok, t, w, pos, ids[k - 1], cand)))
+                (k == 0 || pair_valid(tok, t, w, pos, ids[k - 1] & SLOT_MASK, cand)))
                 break;
             cand = late == 2 ? NONE : tk[cand].shorter;
         }
         if (cand != NONE) {
-            ids[k++] = cand;
+            ids[k++] = cand | (uint32_t)late << LATE_SHIFT;
             pos += tk[cand].len;
             if (pos == w->n)
                 break;
@@ -1015,23 +1022,19 @@ static int search(const bpe_tokenizer *tok, const bpe_long_tables *t, uint64_t *
         }
         if (late == 1) {   /* the deferred longest candidate, alone */
             late = 2;
-            cand = head;
+            cand = head != NONE ? head : candidates_at(t, w, pos);
             continue;
         }
         dead[pos >> 6] |= (uint64_t)1 << (pos & 63);
         if (k == 0)
             return BPE_LONG_DECLINED;   /* impossible by Facts 1-2; the heap would decide */
-        cand = ids[--k];
+        cand = ids[--k] & SLOT_MASK;
+        late = (int)(ids[k] >> LATE_SHIFT);
         pos -= tk[cand].len;
-        /* resume after cand in its position's order */
-        head = candidates_at(t, w, pos);
-        late = token_state(tok, t, head) == TOK_GOOD && defer(tok, t, w, head, pos + tk[head].len);
-        if (late && cand == head) {
-            late = 2;          /* it was the last one */
-            cand = NONE;
-        } else {
-            cand = tk[cand].shorter;
-        }
+        /* resume after cand in its position's order, with its `late` from the stack (2: cand
+         * was the last); the position's longest is walked again only if it comes next */
+        cand = late == 2 ? NONE : tk[cand].shorter;
+        head = NONE;
     }
     *n_ids = k;
     return BPE_OK;
@@ -1075,7 +1078,7 @@ int bpe_long_merge(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint8_t
     w.reach = s->reach;
     rc = search(tok, t, s->dead, &w, ids, n_ids);
     for (i = 0; rc == BPE_OK && i < *n_ids; i++)
-        ids[i] = t->id_of[ids[i]];
+        ids[i] = t->id_of[ids[i] & SLOT_MASK];
     if (rc == BPE_LONG_DECLINED) {
         /* A token breaks M, or fill_lock stayed busy (a holder gone in fork()), or the
          * impossible: the heap, now and from now on. */
