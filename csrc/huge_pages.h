@@ -1,6 +1,6 @@
 /*
  * huge_pages.h - the transparent-huge-page hint for big fresh blocks, header-only so that the
- * C core (buffers.c, longpiece.c) and the CPython helper extension (pyext/idlist.c), which do
+ * C core (buffers.c) and the CPython helper extension (pyext/idlist.c), which do
  * not link each other, give it with the same code.
  */
 #ifndef BPE_HUGE_PAGES_H

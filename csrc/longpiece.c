@@ -61,8 +61,8 @@
  * PAIR PROBES SPARED (the pair table does not fit in cache; its probes were most of the time).
  * A pair (P, Q) can merge only if P's bytes followed by Q's form a token; P ends where a ends,
  * so those bytes are the text from P's start, and the trie walk from there (its `reach`, the
- * longest prefix of the text that begins some token; memoised per position) rules out every
- * Q longer than reach - len(P) without a probe.  Pairs of two single bytes, the most common
+ * longest prefix of the text that begins some token; memoised, see reach_at()) rules out
+ * every Q longer than reach - len(P) without a probe.  Pairs of two single bytes, the most common
  * probes, read a 256 x 256 table instead.  With the walk starting at a 65536-entry table of
  * two-byte nodes, the search of 1 MB of random letters (cl100k, this loaded machine) went
  * from ~0.6 s to ~0.1 s.  Under the tiktoken rule a short pair that passes the filter is
@@ -85,9 +85,10 @@
  * THE WALK.  A step finds the child with one 16-byte compare of the node's sorted labels
  * (child()), so it mispredicts at most the answer; the walks are most of the search's
  * instructions.  On a run of one byte it scans with branches instead (child_scan()), which
- * the predictor follows down the trie ahead of the loads.  (callgrind, o200k, 1 MB of random letters, the whole search: 216
- * instructions and 2.3 mispredicted branches per byte; with bisected children, longest-first
- * order and table probes it was 293 and 4.6, and ~1.6x slower on 10 MB.)
+ * the predictor follows down the trie ahead of the loads.  (callgrind, o200k, 1 MB of random
+ * letters, the whole search: 216 instructions and 2.3 mispredicted branches per byte; with
+ * bisected children, longest-first order and table probes it was 293 and 4.6, and ~1.6x
+ * slower on 10 MB.)
  *
  * TABLES (struct bpe_long_tables), built once per tokenizer on first use by the caller whose
  * compare-and-swap moves tok->long_state from UNBUILT to BUILDING; callers that see BUILDING
@@ -115,7 +116,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "huge_pages.h"
 #include "longpiece.h"
 #include "tokenizer.h"
 
@@ -131,6 +131,7 @@
 #define FILL_SPINS 100000     /* yields while waiting for fill_lock before declining a piece */
 #define LATE_SHIFT 30         /* the search's stack: a slot, and its position's `late` above */
 #define SLOT_MASK ((1u << LATE_SHIFT) - 1)
+#define REACH_RING 65536      /* most entries of the memo of walk reaches: 256 KB */
 #define PAIR_MEMO_MAX 8192    /* most short tokens the pair memo covers (16 MB of bits) */
 #define PAIR_VALID 1u
 #define PAIR_INVALID 2u
@@ -748,9 +749,28 @@ static const bpe_long_tables *tables(const bpe_tokenizer *ctok)
 typedef struct piece {
     const uint8_t *p;
     size_t n;
-    uint16_t *reach;   /* n + 1 entries: reach[i] = length of the longest prefix of p[i..n)
-                          that begins some token (from a trie walk), 0 until computed */
+    uint32_t *reach;     /* reach_mask + 1 entries: (i >> 16) << 16 | reach, or all ones */
+    size_t reach_mask;
 } piece;
+
+/* The noted reach at position i (the length of the longest prefix of p[i..n) that begins
+ * some token, at most MAX_TOKEN), 0 if not known.  Position i has entry i & reach_mask of a
+ * ring, tagged with i >> 16: a ring of REACH_RING entries tells apart the positions that
+ * share an entry (n < 2^32), a smaller one has an entry for every position of its piece.
+ * The search reads the reaches of positions near where it stands; a position whose entry
+ * was taken is walked again.  An entry per byte (2 bytes a byte: 20 MB for 10 MB of text,
+ * zeroed at every call) ran no faster, and where the heap handed a fresh tokenizer new pages
+ * (zeroed by the kernel at ~1.6 GB/s here) 6% slower on 10 MB of random letters. */
+static inline size_t reach_at(const piece *w, size_t i)
+{
+    uint32_t e = w->reach[i & w->reach_mask];
+    return e >> 16 == i >> 16 ? (size_t)(e & 0xffff) : 0;
+}
+
+static inline void note_reach(piece *w, size_t i, size_t r)
+{
+    w->reach[i & w->reach_mask] = (uint32_t)(i >> 16 << 16 | r);
+}
 
 /* Bit i set iff l[i] == c, for i < 16 (l has 16 readable bytes). */
 #if defined(__SSE2__)
@@ -810,7 +830,7 @@ static NOINLINE size_t walk_reach(const bpe_long_tables *t, piece *w, size_t i)
 {
     size_t r;
     longest(t, w->p + i, w->n - i, &r);
-    w->reach[i] = (uint16_t)r;
+    note_reach(w, i, r);
     return r;
 }
 
@@ -852,7 +872,7 @@ static inline uint32_t rank_far(const bpe_tokenizer *tok, const bpe_long_tables 
                                 size_t end, uint32_t p, uint32_t q)
 {
     const long_token *tk = t->tokens;
-    size_t start = end - tk[p].len, l = (size_t)tk[p].len + tk[q].len, r = w->reach[start];
+    size_t start = end - tk[p].len, l = (size_t)tk[p].len + tk[q].len, r = reach_at(w, start);
     if (r == 0) {
         if (tok->rule == BPE_RULE_TIKTOKEN && l <= TRIE_PROBE_MAX)
             return token_id_at(t, w->p + start, l);   /* a walk of l steps, not to the reach */
@@ -956,7 +976,7 @@ static uint32_t candidates_at(const bpe_long_tables *t, piece *w, size_t i)
 {
     size_t r;
     uint32_t best = longest(t, w->p + i, w->n - i, &r);
-    w->reach[i] = (uint16_t)r;
+    note_reach(w, i, r);
     return best;
 }
 
@@ -1047,7 +1067,7 @@ int bpe_long_merge(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint8_t
                    uint32_t *ids, size_t *n_ids)
 {
     const bpe_long_tables *t = tables(tok);
-    size_t words = n / 64 + 1, i;
+    size_t words = n / 64 + 1, ring = 1024, i;
     piece w;
     int rc;
     if (t == NULL)
@@ -1065,20 +1085,22 @@ int bpe_long_merge(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint8_t
         s->dead = d;
         s->dead_cap = words;
     }
-    if (n + 1 > s->reach_cap) {
-        uint16_t *r = malloc((n + 1) * sizeof *r);
+    while (ring < REACH_RING && ring <= n)
+        ring *= 2;
+    if (ring > s->reach_cap) {
+        uint32_t *r = malloc(ring * sizeof *r);
         if (r == NULL)
             return BPE_ERR_NOMEM;
-        bpe_advise_huge(r, (n + 1) * sizeof *r);
         free(s->reach);
         s->reach = r;
-        s->reach_cap = n + 1;
+        s->reach_cap = ring;
     }
     memset(s->dead, 0, words * sizeof *s->dead);
-    memset(s->reach, 0, (n + 1) * sizeof *s->reach);
+    memset(s->reach, 0xff, ring * sizeof *s->reach);   /* no position's */
     w.p = p;
     w.n = n;
     w.reach = s->reach;
+    w.reach_mask = ring - 1;
     rc = search(tok, t, s->dead, &w, ids, n_ids);
     for (i = 0; rc == BPE_OK && i < *n_ids; i++)
         ids[i] = t->id_of[ids[i] & SLOT_MASK];

@@ -49,7 +49,7 @@ typedef struct bpe_merge_scratch {
     void *heap_mem;          /* the allocation (64-byte aligned) behind heap */
     uint64_t *dead;          /* longpiece.c: bitmap of dead-end positions of the piece */
     size_t dead_cap;         /* allocated 64-bit words of dead */
-    uint16_t *reach;         /* longpiece.c: per position of the piece, its trie reach */
+    uint32_t *reach;         /* longpiece.c: the ring of noted trie reaches */
     size_t reach_cap;        /* allocated entries of reach */
 } bpe_merge_scratch;
 
