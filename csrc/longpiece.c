@@ -122,8 +122,10 @@
 #define NONE UINT32_MAX
 #if defined(__GNUC__)
 #define NOINLINE __attribute__((noinline))
+#define ALWAYS_INLINE inline __attribute__((always_inline))
 #else
 #define NOINLINE
+#define ALWAYS_INLINE inline
 #endif
 #define MAX_TOKEN 1024        /* longest ordinary token the tables accept */
 #define TRIE_PROBE_MAX 4      /* longest pair that probe() looks up in the trie */
@@ -893,9 +895,12 @@ static inline uint32_t rank_bytes(const bpe_tokenizer *tok, const bpe_long_table
 
 /* 1 if the GOOD tokens a, b (a ends at text position end) form a valid pair: BPE of a's bytes
  * then b's is [a, b].  Only the last pair of the walk (a's last byte, b's first) is of two
- * single bytes (or the first, when a and b are bytes), so that test is also the walk's end. */
-static int pair_ok(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w, size_t end,
-                   uint32_t a, uint32_t b)
+ * single bytes (or the first, when a and b are bytes), so that test is also the walk's end.
+ * Inlined into both of pair_valid()'s calls (a pair the memo does not cover, and one it does
+ * not know yet): each has its own branch history, and no call (callgrind, o200k, 2 MB of
+ * random letters: 181.9 -> 177.7 instructions and 2.00 -> 1.90 mispredicts per byte). */
+static ALWAYS_INLINE int pair_ok(const bpe_tokenizer *tok, const bpe_long_tables *t, piece *w,
+                                 size_t end, uint32_t a, uint32_t b)
 {
     const long_token *tk = t->tokens;
     uint32_t la = tk[a].level, lb = tk[b].level;
