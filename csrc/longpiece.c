@@ -134,6 +134,7 @@
 #define LATE_SHIFT 30         /* the search's stack: a slot, and its position's `late` above */
 #define SLOT_MASK ((1u << LATE_SHIFT) - 1)
 #define REACH_RING 65536      /* most entries of the memo of walk reaches: 256 KB */
+#define REACH_UNKNOWN 0xffff0000u   /* a ring entry that notes nothing for any position */
 #define PAIR_MEMO_MAX 8192    /* most short tokens the pair memo covers (16 MB of bits) */
 #define PAIR_VALID 1u
 #define PAIR_INVALID 2u
@@ -751,7 +752,8 @@ static const bpe_long_tables *tables(const bpe_tokenizer *ctok)
 typedef struct piece {
     const uint8_t *p;
     size_t n;
-    uint32_t *reach;     /* reach_mask + 1 entries: (i >> 16) << 16 | reach, or all ones */
+    uint32_t *reach;     /* reach_mask + 1 entries: (i >> 16) << 16 | reach; REACH_UNKNOWN
+                            (tag 0xffff, reach 0) where nothing is noted */
     size_t reach_mask;
 } piece;
 
@@ -1101,7 +1103,8 @@ int bpe_long_merge(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint8_t
         s->reach_cap = ring;
     }
     memset(s->dead, 0, words * sizeof *s->dead);
-    memset(s->reach, 0xff, ring * sizeof *s->reach);   /* no position's */
+    for (i = 0; i < ring; i++)
+        s->reach[i] = REACH_UNKNOWN;
     w.p = p;
     w.n = n;
     w.reach = s->reach;
