@@ -7,6 +7,7 @@ setup(
     # Fast id lists (csrc/pyext/idlist.c).  Optional: if it cannot be compiled, bpe_cffi
     # falls back to memoryview.tolist (same results, slower).
     ext_modules=[Extension("bpe_cffi._idlist", ["csrc/pyext/idlist.c"],
-                           depends=["csrc/utf8_char.h", "csrc/huge_pages.h"],   # shared with the C core
+                           # headers shared with the C core
+                           depends=["csrc/utf8_char.h", "csrc/huge_pages.h"],
                            extra_compile_args=["-O2", "-Wall", "-Wextra"], optional=True)],
 )
