@@ -22,6 +22,9 @@
  * holding lone surrogates (UTF-16 with surrogatepass, decoded with errors="replace"), and
  * what tiktoken does.
  */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -137,11 +140,23 @@ int bpe_utf8_replace_invalid(const uint8_t *buf, size_t len, bpe_bytes *out)
     return BPE_OK;
 }
 
+/* Sixteen characters at a time while they are ASCII (SSE2), then one at a time to the end of
+ * the next block of sixteen. */
 static uint8_t *latin1_to_utf8(const uint8_t *u, size_t n, uint8_t *o)
 {
-    size_t i;
-    for (i = 0; i < n; i++)
-        o = bpe_put_utf8(u[i], o);
+    size_t i = 0, end;
+    while (i < n) {
+#if defined(__SSE2__)
+        for (; i + 16 <= n; i += 16, o += 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(u + i));
+            if (_mm_movemask_epi8(v) != 0)
+                break;
+            _mm_storeu_si128((__m128i *)(void *)o, v);
+        }
+#endif
+        for (end = i + 16 < n ? i + 16 : n; i < end; i++)
+            o = bpe_put_utf8(u[i], o);
+    }
     return o;
 }
 
@@ -163,22 +178,43 @@ static uint8_t *put_unit(uint32_t c, uint32_t next, int has_next, size_t *units,
     return bpe_put_utf8(c, o);
 }
 
-/* Four characters at a time while they are ASCII (English text in a UCS-2 str is mostly
- * ASCII between its curly quotes and dashes). */
+/* 1 if one of the n UCS-2 units at u is a surrogate (D800..DFFF). */
+static int has_surrogate(const uint16_t *u, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        if ((u[i] & 0xF800u) == 0xD800)
+            return 1;
+    return 0;
+}
+
+/* Eight characters at a time while they are ASCII (SSE2: English text in a UCS-2 str is
+ * mostly ASCII between its curly quotes and dashes), then the next eight without a branch on
+ * their widths (bpe_put_bmp_wide; o has room for 3 bytes a unit) unless one is a surrogate,
+ * which takes put_unit one unit at a time. */
 static uint8_t *ucs2_to_utf8(const uint16_t *u, size_t n, uint8_t *o)
 {
-    size_t i = 0, step;
+    size_t i = 0, end, step;
+#if defined(__SSE2__)
+    const __m128i high = _mm_set1_epi16((short)0xFF80);
+#endif
     while (i < n) {
-        if (i + 4 <= n && ((u[i] | u[i + 1] | u[i + 2] | u[i + 3]) & 0xFF80) == 0) {
-            o[0] = (uint8_t)u[i];
-            o[1] = (uint8_t)u[i + 1];
-            o[2] = (uint8_t)u[i + 2];
-            o[3] = (uint8_t)u[i + 3];
-            o += 4;
-            i += 4;
+#if defined(__SSE2__)
+        for (; i + 8 <= n; i += 8, o += 8) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(u + i));
+            __m128i ascii = _mm_cmpeq_epi16(_mm_and_si128(v, high), _mm_setzero_si128());
+            if (_mm_movemask_epi8(ascii) != 0xFFFF)
+                break;
+            _mm_storel_epi64((__m128i *)(void *)o, _mm_packus_epi16(v, v));
+        }
+#endif
+        end = i + 8 < n ? i + 8 : n;
+        if (!has_surrogate(u + i, end - i)) {
+            for (; i < end; i++)
+                o = bpe_put_bmp_wide(u[i], o);
         } else {
-            o = put_unit(u[i], i + 1 < n ? u[i + 1] : 0, i + 1 < n, &step, o);
-            i += step;
+            for (; i < end; i += step)
+                o = put_unit(u[i], i + 1 < n ? u[i + 1] : 0, i + 1 < n, &step, o);
         }
     }
     return o;
@@ -208,6 +244,8 @@ int bpe_utf8_from_units(const uint8_t *units, size_t n, int kind, bpe_bytes *out
         return BPE_ERR_ARG;
     if (n > SIZE_MAX / most)
         return BPE_ERR_TOOBIG;
+    if (n == 0)
+        return BPE_OK;   /* out->data may be NULL: no end to compute */
     if ((rc = bpe_bytes_reserve(out, n * most)) != BPE_OK)
         return rc;
     if (kind == BPE_TEXT_LATIN1)

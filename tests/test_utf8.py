@@ -28,6 +28,7 @@ def u8(tmp_path_factory):
         size_t bpe_utf8_complete_prefix(const uint8_t *buf, size_t len);
         int bpe_utf8_valid(const uint8_t *buf, size_t len);
         int bpe_utf8_replace_invalid(const uint8_t *buf, size_t len, bpe_bytes *out);
+        int bpe_utf8_from_units(const uint8_t *units, size_t n, int kind, bpe_bytes *out);
         void free(void *);
     """)
     ffi.set_source("_utf8_test", '#include <stdlib.h>\n#include "utf8.h"',
@@ -151,3 +152,58 @@ def test_hypothesis_bytes(u8, data):
 def test_hypothesis_text_with_garbage(u8, text, cut, garbage):
     data = text.encode("utf-8")
     check(u8, data[:len(data) - cut] + garbage + data)
+
+
+# ---- bpe_utf8_from_units: a str's code units (as CPython stores them) to UTF-8 ----------------
+
+KIND_CODE = {1: "B", 2: "H", 4: "I"}   # BPE_TEXT_LATIN1, _UCS2, _UCS4: bytes per unit
+
+
+def from_units(u8, units, width):
+    """(rc, bytes) of bpe_utf8_from_units on a list of code units of `width` bytes."""
+    import array
+    data = array.array(KIND_CODE[width], units).tobytes()
+    out = u8.ffi.new("bpe_bytes *")
+    try:
+        rc = u8.lib.bpe_utf8_from_units(data, len(units), width, out)
+        return rc, (u8.ffi.buffer(out.data, out.len)[:] if out.len else b"")
+    finally:
+        u8.lib.free(out.data)
+
+
+def units_utf8(units) -> bytes:
+    """What the C core must give: the units read as UTF-16 (a high surrogate then a low one is
+    one character; any other surrogate U+FFFD), as tiktoken and bpe_cffi's Python layer do."""
+    s = "".join(map(chr, units))
+    return s.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace").encode("utf-8")
+
+
+UNIT_POOLS = {
+    1: [range(0x20, 0x7F), [0x00, 0x7F, 0x80, 0xA0, 0xE9, 0xFF]],
+    2: [range(0x20, 0x7F), [0x80, 0x7FF, 0x800, 0x4E00, 0xFFFF, 0xFEFF],
+        [0xD800, 0xDBFF, 0xDC00, 0xDFFF, 0xD83D, 0xDE00]],
+    4: [range(0x20, 0x7F), [0x80, 0x800, 0xFFFF, 0x10000, 0x1F600, 0x10FFFF],
+        [0xD800, 0xDBFF, 0xDC00, 0xDFFF]],
+}
+
+
+@pytest.mark.parametrize("width", [1, 2, 4])
+def test_from_units_runs_of_every_kind_and_surrogates_anywhere(u8, width):
+    """Runs of 0..20 units from one pool at a time: ASCII blocks copied whole next to wide
+    characters and surrogates (pairs and lone ones) at every offset of the 8- or 16-unit
+    blocks, and every length of the tail."""
+    rng = random.Random(width)
+    for _ in range(3000 if LONG else 600):
+        units = []
+        for _ in range(rng.randrange(0, 8)):
+            pool = rng.choice(UNIT_POOLS[width])
+            units += [rng.choice(pool) for _ in range(rng.randrange(0, 21))]
+        assert from_units(u8, units, width) == (0, units_utf8(units)), units
+
+
+def test_from_units_long_texts_and_code_points_above_unicode(u8):
+    for units, width in [([0x61] * 100003, 1), ([0xE9, 0x61] * 50001, 1),
+                         (([0x61] * 9 + [0x4E00, 0xD83D, 0xDE00]) * 9000, 2),
+                         ([0x1F600, 0x61, 0x62] * 30001, 4)]:
+        assert from_units(u8, units, width) == (0, units_utf8(units))
+    assert from_units(u8, [0x61, 0x110000], 4)[0] == 12   # BPE_ERR_TEXT

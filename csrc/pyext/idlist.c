@@ -757,22 +757,9 @@ static char *write_ucs1(const Py_UCS1 *p, Py_ssize_t n, char *out)
     return out;
 }
 
-/* Writes the UTF-8 of BMP character c (not a surrogate) at out without a branch on its width:
- * three bytes are stored whatever it takes (the caller leaves room), and the end of its
- * own bytes is returned; the next character overwrites the rest.  Mixed text (CJK with ASCII
- * punctuation, Cyrillic words and spaces) would mispredict a branch per width change. */
-static char *put_bmp_wide(unsigned c, char *out)
-{
-    unsigned two = c >= 0x80, three = c >= 0x800;
-    out[0] = (char)(three ? 0xE0 | c >> 12 : two ? 0xC0 | c >> 6 : c);
-    out[1] = (char)(0x80 | ((three ? c >> 6 : c) & 0x3F));
-    out[2] = (char)(0x80 | (c & 0x3F));
-    return out + 1 + two + three;
-}
-
 /* write_ucs1 for UCS-2 characters (no surrogates), with room up to `limit` in the output:
  * blocks of 8 ASCII characters are packed to bytes whole where SSE2 is there; other blocks
- * go through put_bmp_wide while 8 of its 3-byte stores fit before limit. */
+ * go through bpe_put_bmp_wide while 8 of its 3-byte stores fit before limit. */
 static char *write_ucs2(const Py_UCS2 *p, Py_ssize_t n, char *out, const char *limit)
 {
     Py_ssize_t i = 0, end;
@@ -792,7 +779,7 @@ static char *write_ucs2(const Py_UCS2 *p, Py_ssize_t n, char *out, const char *l
         end = i + 8 < n ? i + 8 : n;
         if (limit - out >= 3 * 8) {
             for (; i < end; i++)
-                out = put_bmp_wide(p[i], out);
+                out = (char *)bpe_put_bmp_wide(p[i], (uint8_t *)out);
         } else {
             for (; i < end; i++)
                 out = p[i] < 0x80 ? (*out = (char)p[i], out + 1) : put_utf8(p[i], out);
