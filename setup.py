@@ -8,6 +8,6 @@ setup(
     # falls back to memoryview.tolist (same results, slower).
     ext_modules=[Extension("bpe_cffi._idlist", ["csrc/pyext/idlist.c"],
                            # headers shared with the C core
-                           depends=["csrc/utf8_char.h", "csrc/huge_pages.h"],
+                           depends=["csrc/utf8_char.h"],
                            extra_compile_args=["-O2", "-Wall", "-Wextra"], optional=True)],
 )

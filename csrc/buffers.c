@@ -11,9 +11,9 @@
 #include <sys/mman.h>
 
 #include "buffers.h"
-#include "huge_pages.h"
 
 #define MAPPED_MIN ((size_t)1 << 20)   /* smaller tables come from malloc */
+#define BPE_HUGE_PAGE ((size_t)2 << 20)   /* a transparent huge page */
 
 /* Tables of megabytes are probed at random: with 4 KiB pages nearly every probe into the pair
  * and token tables of a large vocabulary also misses the TLB, which a virtual machine pays for
@@ -109,7 +109,6 @@ static int reserve(void **data, size_t len, size_t *cap, size_t more, size_t siz
         return BPE_ERR_TOOBIG;
     if ((p = realloc(*data, c * size)) == NULL)
         return BPE_ERR_NOMEM;
-    bpe_advise_huge(p, c * size);
     *data = p;
     *cap = c;
     return BPE_OK;
@@ -144,7 +143,6 @@ int bpe_grow_array(void **buf, size_t *cap, size_t need, size_t elem)
     }
     if ((p = realloc(*buf, c * elem)) == NULL)
         return BPE_ERR_NOMEM;
-    bpe_advise_huge(p, c * elem);
     *buf = p;
     *cap = c;
     return BPE_OK;

@@ -41,7 +41,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../huge_pages.h"
 #include "../utf8_char.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -158,8 +157,6 @@ static PyObject **new_list_items(PyObject **out, Py_ssize_t n)
         Py_CLEAR(*out);
         PyErr_NoMemory();
     }
-    else
-        bpe_advise_huge(items, (size_t)n * sizeof *items);
     return items;
 }
 
@@ -493,7 +490,6 @@ static PyObject *join_items(PyObject *texts, item_length_fn length, item_write_f
         return NULL;
     }
     out = PyBytes_AS_STRING(joined);
-    bpe_advise_huge(out, (size_t)total);
     for (k = 0; k < PyList_GET_SIZE(texts); k++)   /* the GIL is held: the list cannot change */
         out = write(PyList_GET_ITEM(texts, k), out, PyBytes_AS_STRING(joined) + total);
     result = PyTuple_Pack(2, joined, ends_obj);
