@@ -12,9 +12,10 @@
  * whole-token lookup and the cache.  Whole tokens are looked up before the cache and never
  * stored in it: most pieces of prose are whole tokens, so this saves a cache probe and an
  * insertion for them and leaves the cache to the pieces that need merging (measured with
- * benchmarks/bench_single.py: o200k English 3.5-3.8x tiktoken before, 4.35x after).  A tokenizer with HF model options (tok->model != NULL:
- * character-level symbols, prefix/suffix, unk, byte fallback, dropout) sends every piece to
- * model.c instead; that test is the only cost the options add to the plain path.
+ * benchmarks/bench_single.py: o200k English 3.5-3.8x tiktoken before, 4.35x after).  A
+ * tokenizer with HF model options (tok->model != NULL: character-level symbols, prefix/suffix,
+ * unk, byte fallback, dropout) sends every piece to model.c instead; that test is the only
+ * cost the options add to the plain path.
  *
  * Output invariant: ids are appended to a caller-owned bpe_ids that grows geometrically; on any
  * error its length is restored to what it was on entry, so the caller never sees half a

@@ -20,7 +20,8 @@ const char *bpe_strerror(int code)
     case BPE_ERR_NOMEM: return "out of memory";
     case BPE_ERR_ARG: return "invalid argument";
     case BPE_ERR_VOCAB: return "inconsistent vocabulary (duplicate id or bytes, or empty token)";
-    case BPE_ERR_MERGE: return "a merge names an unknown token or makes a token not in the vocabulary";
+    case BPE_ERR_MERGE:
+        return "a merge names an unknown token or makes a token not in the vocabulary";
     case BPE_ERR_ID: return "unknown token id";
     case BPE_ERR_DISALLOWED: return "text contains a disallowed special token";
     case BPE_ERR_IO: return "input/output error";

@@ -233,7 +233,8 @@ static int heap_merge(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint
     int rc;
     if (n >= (size_t)UINT32_MAX)
         return BPE_ERR_TOOBIG;
-    if ((rc = init_symbols(tok, s, p, n)) != BPE_OK || (rc = init_heap(tok, s, p, n, &hn)) != BPE_OK)
+    if ((rc = init_symbols(tok, s, p, n)) != BPE_OK ||
+        (rc = init_heap(tok, s, p, n, &hn)) != BPE_OK)
         return rc;
     while (hn > 0) {
         bpe_heap_entry top = s->heap[0];

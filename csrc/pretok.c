@@ -256,7 +256,7 @@ static size_t next_gpt2(const uint8_t *s, size_t len, size_t pos)
     size_t n1, start;
     unsigned k = bit_at(s, len, pos, &n1);
     start = n1;
-    if (b == ' ' && n1 < len) {             /* ` ?X++`: a space joins a following L, N or other run */
+    if (b == ' ' && n1 < len) {   /* ` ?X++`: a space joins a following L, N or other run */
         size_t n2;
         unsigned k2 = bit_at(s, len, n1, &n2);
         if (k2 != B_SPACE) {

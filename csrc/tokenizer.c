@@ -21,8 +21,9 @@
  * The byte buffer, by_id and the three hash tables come from bpe_table_alloc (buffers.c): at
  * megabyte sizes they are asked to live on huge pages, since they are probed at random.
  * The tables of longpiece.c (long_tables) are the exception to immutability: built on first
- * use, see there.  Invariants: ids are < id_limit; by_id[id].len == 0 exactly for unknown ids; the tables hold
- * no duplicate keys; the pair table never contains the key BPE_PAIR_EMPTY (ids < 2^31).
+ * use, see there.  Invariants: ids are < id_limit; by_id[id].len == 0 exactly for unknown
+ * ids; the tables hold no duplicate keys; the pair table never contains the key
+ * BPE_PAIR_EMPTY (ids < 2^31).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -412,7 +413,8 @@ static int build_tiktoken(bpe_tokenizer *tok, const bpe_spec *sp)
     size_t n = sp->n_tokens, kept, i;
     uint32_t *split;
     int rc;
-    if (n > SIZE_MAX / (2 * sizeof *split) || (split = malloc(2 * (n ? n : 1) * sizeof *split)) == NULL)
+    if (n > SIZE_MAX / (2 * sizeof *split) ||
+        (split = malloc(2 * (n ? n : 1) * sizeof *split)) == NULL)
         return BPE_ERR_NOMEM;
     if ((rc = final_splits(tok, sp, split, &kept)) == BPE_OK)
         rc = new_pair_table(tok, kept);

@@ -69,8 +69,15 @@ typedef struct tokens {
     size_t n_initial;      /* 256, or the char-level alphabet's initial tokens */
 } tokens;
 
-static const uint8_t *tok_ptr(const bpe_trainer *t, uint32_t id) { return t->tok_bytes + t->tok_off[id]; }
-static size_t tok_len(const bpe_trainer *t, uint32_t id) { return t->tok_off[id + 1] - t->tok_off[id]; }
+static const uint8_t *tok_ptr(const bpe_trainer *t, uint32_t id)
+{
+    return t->tok_bytes + t->tok_off[id];
+}
+
+static size_t tok_len(const bpe_trainer *t, uint32_t id)
+{
+    return t->tok_off[id + 1] - t->tok_off[id];
+}
 
 /* Python's bytes ordering: memcmp on the common prefix, then the shorter is smaller. */
 static int cmp_tokens(const bpe_trainer *t, uint32_t x, uint32_t y)

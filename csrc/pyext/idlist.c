@@ -548,7 +548,8 @@ static size_t msgpack_header(int type, uint64_t v, unsigned char *out)
         else
             width = v < 0x100 ? 1 : v < 0x10000 ? 2 : 4;
         if (type == 'u')
-            buf[0] = (unsigned char)(width == 1 ? 0xcc : width == 2 ? 0xcd : width == 4 ? 0xce : 0xcf);
+            buf[0] = (unsigned char)(width == 1 ? 0xcc : width == 2 ? 0xcd
+                                     : width == 4 ? 0xce : 0xcf);
         else if (type == 'a')
             buf[0] = (unsigned char)(width == 2 ? 0xdc : 0xdd);
         else
