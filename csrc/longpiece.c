@@ -116,6 +116,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buffers.h"
 #include "longpiece.h"
 #include "tokenizer.h"
 
@@ -1008,17 +1009,29 @@ static int defer(const bpe_tokenizer *tok, const bpe_long_tables *t, const piece
     return e + 1 == w->n || bpe_byte_pair_of(tok, x, w->p[e + 1])->rank >= rvx;
 }
 
+/* Room for the search's stack to hold k + 1 entries at out->ids + out->len: grows out and
+ * points *ids and *room at its new place. */
+static NOINLINE int grow_stack(bpe_ids *out, size_t k, uint32_t **ids, size_t *room)
+{
+    int rc = bpe_ids_grow(out, k + 1);
+    *ids = out->ids + out->len;
+    *room = out->cap - out->len;
+    return rc;
+}
+
 /* The backtracking search (see the top of the file); every byte of w->p has a single-byte
  * token.  At each position the candidates are tried longest first, except that a longest one
  * that defer() flags is tried last (late: 1 while the others are tried, 2 while it is).  The
- * stack ids[] holds each token's slot with the late of its position in the top bits, so that
- * a backtrack resumes there without walking the trie and judging the longest again (on random
- * letters one token in ten is taken back). */
+ * stack, out->ids from out->len on (grown as it fills; out->len stays), holds each token's
+ * slot with the late of its position in the top bits, so that a backtrack resumes there
+ * without walking the trie and judging the longest again (on random letters one token in
+ * ten is taken back). */
 static int search(const bpe_tokenizer *tok, const bpe_long_tables *t, uint64_t *dead,
-                  piece *w, uint32_t *ids, size_t *n_ids)
+                  piece *w, bpe_ids *out, size_t *n_ids)
 {
     const long_token *tk = t->tokens;
-    size_t k = 0, pos = 0;
+    uint32_t *ids = out->ids + out->len;
+    size_t k = 0, pos = 0, room = out->cap - out->len;
     uint32_t head = NONE, cand = NONE;
     int late = 0, fresh = 1;
     for (;;) {
@@ -1043,6 +1056,8 @@ static int search(const bpe_tokenizer *tok, const bpe_long_tables *t, uint64_t *
             cand = late == 2 ? NONE : tk[cand].shorter;
         }
         if (cand != NONE) {
+            if (k == room && grow_stack(out, k, &ids, &room) != BPE_OK)
+                return BPE_ERR_NOMEM;
             ids[k++] = cand | (uint32_t)late << LATE_SHIFT;
             pos += tk[cand].len;
             if (pos == w->n)
@@ -1071,10 +1086,11 @@ static int search(const bpe_tokenizer *tok, const bpe_long_tables *t, uint64_t *
 }
 
 int bpe_long_merge(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint8_t *p, size_t n,
-                   uint32_t *ids, size_t *n_ids)
+                   bpe_ids *out)
 {
     const bpe_long_tables *t = tables(tok);
-    size_t words = n / 64 + 1, ring = 1024, i;
+    size_t words = n / 64 + 1, ring = 1024, i, n_ids = 0;
+    uint32_t *ids;
     piece w;
     int rc;
     if (t == NULL)
@@ -1105,13 +1121,21 @@ int bpe_long_merge(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint8_t
     memset(s->dead, 0, words * sizeof *s->dead);
     for (i = 0; i < ring; i++)
         s->reach[i] = REACH_UNKNOWN;
+    /* a first guess at the room (random letters take ~0.52 ids a byte): reserving one id per
+     * byte made a 10 MB piece ask for 40 MB, above glibc's largest mmap threshold, so new
+     * memory at every call; the search grows out if it needs more */
+    if ((rc = bpe_ids_reserve(out, n / 2 + 64 < n ? n / 2 + 64 : n)) != BPE_OK)
+        return rc;
     w.p = p;
     w.n = n;
     w.reach = s->reach;
     w.reach_mask = ring - 1;
-    rc = search(tok, t, s->dead, &w, ids, n_ids);
-    for (i = 0; rc == BPE_OK && i < *n_ids; i++)
+    rc = search(tok, t, s->dead, &w, out, &n_ids);
+    ids = out->ids + out->len;
+    for (i = 0; rc == BPE_OK && i < n_ids; i++)
         ids[i] = t->id_of[ids[i] & SLOT_MASK];
+    if (rc == BPE_OK)
+        out->len += n_ids;
     if (rc == BPE_LONG_DECLINED) {
         /* A token breaks M, or fill_lock stayed busy (a holder gone in fork()), or the
          * impossible: the heap, now and from now on. */

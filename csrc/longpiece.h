@@ -25,13 +25,15 @@
 
 typedef struct bpe_long_tables bpe_long_tables;
 
-/* Encodes the n > 0 bytes p[0..n) exactly as bpe_merge_piece would, into ids[0..*n_ids) (room
- * for n).  Builds the tokenizer's tables on first use.  Returns BPE_OK; BPE_ERR_NOBYTE (a
- * byte with no single-byte token), BPE_ERR_NOMEM (scratch), BPE_ERR_TOOBIG; or
- * BPE_LONG_DECLINED, with nothing written, when the tables are unavailable (unsupported
- * vocabulary, being built by another thread, out of memory while building them). */
+/* Encodes the n > 0 bytes p[0..n) exactly as bpe_merge_piece would, appending the ids to out,
+ * which it grows as its search goes (a piece of n bytes can take up to n ids, but rarely
+ * does).  Builds the tokenizer's tables on first use.  Returns BPE_OK; BPE_ERR_NOBYTE (a
+ * byte with no single-byte token), BPE_ERR_NOMEM (scratch or out), BPE_ERR_TOOBIG; or
+ * BPE_LONG_DECLINED when the tables are unavailable (unsupported vocabulary, being built by
+ * another thread, out of memory while building them).  Unless it returns BPE_OK, out->len is
+ * unchanged (out->cap may have grown). */
 int bpe_long_merge(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint8_t *p, size_t n,
-                   uint32_t *ids, size_t *n_ids);
+                   bpe_ids *out);
 
 /* Frees the tables; NULL is fine. */
 void bpe_long_tables_free(bpe_long_tables *t);

@@ -30,12 +30,11 @@
  * table, where a probe is usually a cache miss (measured in one process, turn about, 1 MB
  * rounds: multilingual text 4% faster with o200k_base, 7% with cl100k_base).
  *
- * Pieces of at least tok->long_min bytes go to longpiece.c first (same ids, near-linear time);
- * it declines when its tables are unavailable, and then the heap runs as before.
+ * Pieces of at least tok->long_min bytes go to longpiece.c first (same ids, near-linear time;
+ * encode.c calls it); it declines when its tables are unavailable, and then the heap runs.
  */
 #include <stdlib.h>
 
-#include "longpiece.h"
 #include "merge.h"
 #include "tokenizer.h"
 
@@ -258,11 +257,6 @@ static int heap_merge(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint
 int bpe_merge_piece(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint8_t *p,
                     size_t n, uint32_t *ids, size_t *n_ids)
 {
-    if (n >= tok->long_min) {
-        int rc = bpe_long_merge(tok, s, p, n, ids, n_ids);
-        if (rc != BPE_LONG_DECLINED)
-            return rc;
-    }
     if (n <= SMALL_PIECE)
         return small_merge(tok, p, n, ids, n_ids);
     return heap_merge(tok, s, p, n, ids, n_ids);

@@ -66,8 +66,10 @@ typedef struct bpe_model_scratch {
 } bpe_model_scratch;
 
 /* Merges the n > 0 bytes p[0..n) into token ids written to ids[0..*n_ids) (ids has room for
- * n).  Does not look at ignore_merges or any cache.  Returns BPE_OK, BPE_ERR_NOBYTE (a byte
- * with no single-byte token), BPE_ERR_NOMEM or BPE_ERR_TOOBIG (n >= 2^32 - 1). */
+ * n), by the heap (or, up to SMALL_PIECE bytes, a scan); a long piece should try
+ * bpe_long_merge (longpiece.h) first.  Does not look at ignore_merges or any cache.  Returns
+ * BPE_OK, BPE_ERR_NOBYTE (a byte with no single-byte token), BPE_ERR_NOMEM or
+ * BPE_ERR_TOOBIG (n >= 2^32 - 1). */
 int bpe_merge_piece(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint8_t *p,
                     size_t n, uint32_t *ids, size_t *n_ids);
 

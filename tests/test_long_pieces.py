@@ -100,6 +100,18 @@ def test_long_pieces_equal_heap_and_tiktoken(pairs, name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_long_piece_output_grows_after_earlier_ids(pairs, name):
+    """The long path asks for room for about one id per two bytes and grows its output as the
+    search needs more: pieces of nearly one id a byte, after other ids, equal the heap's."""
+    long_tok, heap_tok, _ = pairs(name)
+    rng = random.Random(13)
+    noisy = bytes(rng.randrange(256) for _ in range(30_000))   # mostly one id a byte
+    assert len(heap_tok.pieces([noisy])) > len(noisy) // 2 + 64   # more than the first room
+    pieces = [b"hello", noisy, b" world", noisy[::-1], LETTERS * 3, noisy[:5000]]
+    assert long_tok.pieces(pieces) == heap_tok.pieces(pieces)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_many_lengths_of_random_letters(pairs, name):
     """Lengths around the threshold and up to tens of KB, vs tiktoken."""
     long_tok, _, enc = pairs(name)
