@@ -12,8 +12,8 @@
 
 #include "buffers.h"
 
+#define HUGE_PAGE ((size_t)2 << 20)
 #define MAPPED_MIN ((size_t)1 << 20)   /* smaller tables come from malloc */
-#define BPE_HUGE_PAGE ((size_t)2 << 20)   /* a transparent huge page */
 
 /* Tables of megabytes are probed at random: with 4 KiB pages nearly every probe into the pair
  * and token tables of a large vocabulary also misses the TLB, which a virtual machine pays for
@@ -36,7 +36,7 @@
  * when that overflows. */
 static size_t mapped_len(size_t size)
 {
-    return size > SIZE_MAX - BPE_HUGE_PAGE ? 0 : (size + BPE_HUGE_PAGE - 1) & ~(BPE_HUGE_PAGE - 1);
+    return size > SIZE_MAX - HUGE_PAGE ? 0 : (size + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
 }
 #endif
 
@@ -48,16 +48,16 @@ void *bpe_table_alloc(size_t size)
     size_t len = mapped_len(size), head;
     uint8_t *m;
     if (size >= MAPPED_MIN) {
-        if (len == 0 || len > SIZE_MAX - BPE_HUGE_PAGE)
+        if (len == 0 || len > SIZE_MAX - HUGE_PAGE)
             return NULL;
-        m = mmap(NULL, len + BPE_HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+        m = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                  -1, 0);
         if (m == MAP_FAILED)
             return NULL;
-        head = (BPE_HUGE_PAGE - (uintptr_t)m % BPE_HUGE_PAGE) % BPE_HUGE_PAGE;
+        head = (HUGE_PAGE - (uintptr_t)m % HUGE_PAGE) % HUGE_PAGE;
         if (head > 0)
             munmap(m, head);
-        munmap(m + head + len, BPE_HUGE_PAGE - head);
+        munmap(m + head + len, HUGE_PAGE - head);
         (void)madvise(m + head, len, MADV_HUGEPAGE);
         return m + head;
     }
