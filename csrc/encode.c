@@ -78,11 +78,8 @@ static int wants_hash(const bpe_tokenizer *tok, const bpe_slot *s, size_t n)
 }
 
 /* Appends the ids of the n > 0 bytes p[0..n) by merging them: longpiece.c first for a piece of
- * at least long_min bytes, else or when it declines the heap of merge.c (room for n ids).
- * The long path grows out as its search needs: room for one id per byte asked up front made
- * a 10 MB piece ask for 40 MB (~0.52 ids a byte are used on random letters), above glibc's
- * largest mmap threshold, so new memory and ~5K page faults at every call; o200k's 10 MB of
- * random letters ran ~3% faster without them. */
+ * at least long_min bytes (it makes its own room as its search goes, see bpe_long_merge),
+ * else or when it declines the heap of merge.c (room for n ids). */
 #if defined(__GNUC__)
 __attribute__((noinline))   /* the path of cache misses: inlined, it kept encode_piece out of
                                encode_segment (callgrind, o200k prose: +10% instructions) */
