@@ -24,7 +24,9 @@
  * is not UTF-8 into UTF-8 in a scratch buffer of its own just before encoding it, so that
  * work is spread over the threads instead of done by the caller before any thread starts.
  * Groups are claimed in increasing order from one atomic counter (next_claim), by workers
- * and by the caller alike.
+ * and by the caller alike.  bpe_batch_start claims each worker's work slot before starting
+ * its thread, so that a slot whose word cache is still empty can start as a copy of the
+ * caller's (bpe_work_seed) while no thread uses either.
  * An encoder works into its own buffers and then publishes them into the group; `finished`
  * lists the groups in the order they were published, and the caller returns them from it.
  *
@@ -93,9 +95,17 @@ struct bpe_batch_job {
     size_t last_out;             /* the group returned last, freed on the next call, or NONE */
     int ended;                   /* every group returned, or the error reported (caller) */
     int n_workers;               /* threads started */
-    pthread_t *workers;
+    struct worker *workers;
     bpe_work caller_work;        /* the caller's work slot, for the groups it encodes */
 };
+
+/* A worker thread and its work slot, claimed (and seeded) by bpe_batch_start before the
+ * thread starts. */
+typedef struct worker {
+    pthread_t thread;
+    bpe_work work;
+    bpe_batch_job *job;
+} worker;
 
 static size_t text_start(const bpe_batch_job *job, size_t i)
 {
@@ -195,13 +205,10 @@ static group *claim(bpe_batch_job *job)
 
 static void *worker_main(void *p)
 {
-    bpe_batch_job *job = p;
-    bpe_work w;
+    worker *me = p;
     group *g;
-    bpe_work_open(job->tok, &w);
-    while ((g = claim(job)) != NULL)
-        encode_group(job, &w, g);
-    bpe_work_close(&w);
+    while ((g = claim(me->job)) != NULL)
+        encode_group(me->job, &me->work, g);
     return NULL;
 }
 
@@ -270,9 +277,17 @@ static void start_workers(bpe_batch_job *job, int n_threads, size_t total_bytes)
     job->workers = malloc((size_t)wanted * sizeof *job->workers);
     if (job->workers == NULL)
         return;   /* the caller encodes every group itself: slower, still correct */
-    while (job->n_workers < wanted &&
-           pthread_create(&job->workers[job->n_workers], NULL, worker_main, job) == 0)
+    while (job->n_workers < wanted) {
+        worker *w = &job->workers[job->n_workers];
+        w->job = job;
+        bpe_work_open(job->tok, &w->work);
+        bpe_work_seed(&w->work, &job->caller_work);
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            bpe_work_close(&w->work);
+            break;
+        }
         job->n_workers++;
+    }
 }
 
 int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
@@ -416,8 +431,10 @@ void bpe_batch_finish(bpe_batch_job *job)
         return;
     __atomic_store_n(&job->stop, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&job->cancel, 1, __ATOMIC_RELEASE);
-    for (k = 0; k < job->n_workers; k++)
-        pthread_join(job->workers[k], NULL);
+    for (k = 0; k < job->n_workers; k++) {
+        pthread_join(job->workers[k].thread, NULL);
+        bpe_work_close(&job->workers[k].work);
+    }
     free(job->workers);
     for (i = 0; job->groups != NULL && i < job->n_groups; i++)
         free_group(&job->groups[i]);

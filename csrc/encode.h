@@ -20,6 +20,10 @@ typedef struct bpe_work {
 void bpe_work_open(const bpe_tokenizer *tok, bpe_work *w);
 void bpe_work_close(bpe_work *w);
 
+/* Gives w's word cache, when it is empty, a copy of from's (a new slot starts warm).  Nothing
+ * may use either meanwhile. */
+void bpe_work_seed(bpe_work *w, const bpe_work *from);
+
 /* Checks special_mode (NULL or n_special values <= 2): BPE_OK or BPE_ERR_ARG. */
 int bpe_check_mode(const bpe_tokenizer *tok, const uint8_t *special_mode);
 

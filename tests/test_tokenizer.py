@@ -208,6 +208,23 @@ def test_encode_batch_equals_encode(vocab):
         tok.encode_batch(["ok", 5])
 
 
+@pytest.mark.parametrize("vocab", ["gpt2", "o200k_base"])
+def test_first_batch_after_single_calls_matches_tiktoken(vocab):
+    """A fresh tokenizer warmed by one single-thread call: its first 2-thread batch starts the
+    worker's word cache as a copy of the caller's (bpe_work_seed in C), so most of the worker's
+    pieces come from copied entries.  Its ids must still be tiktoken's."""
+    from conftest import read_corpus
+    from pyapi_helpers import _ours, reference
+    enc = reference(vocab)
+    tok = _ours.__wrapped__(vocab)            # a new tokenizer: every slot's cache empty
+    text = read_corpus("en_books", 600_000, offset=3_000_000)
+    docs = [d for d in text.split("\n\n") if d]
+    tok.encode_ordinary(text)
+    got = tok.encode_batch(docs, num_threads=2, allowed_special=set())
+    assert got == [enc.encode_ordinary(d) for d in docs]
+    tok.close()
+
+
 def test_encode_batch_custom_pattern(trained):
     vocab, merges = trained
     tok = Tokenizer(vocab, merges, SPECIALS, pattern=CUSTOM_REGEX)
