@@ -21,22 +21,30 @@
  * lies, given by `starts`: Python's strs are read in place, and `kinds` says how each stores
  * its characters), are cut into groups of consecutive whole texts of about GROUP_BYTES each
  * (a text of n code units of width w counting n * w bytes).  An encoder turns a text that
- * is not UTF-8 into UTF-8 in a scratch buffer of its own just before encoding it, so that
- * work is spread over the threads instead of done by the caller before any thread starts.
+ * is not UTF-8 into UTF-8 in a scratch buffer of its own (kept for the whole job) just
+ * before encoding it, so that work is spread over the threads instead of done by the caller
+ * before any thread starts.
  * Groups are claimed in increasing order from one atomic counter (next_claim), by workers
  * and by the caller alike.  bpe_batch_start claims each worker's work slot before starting
  * its thread, so that a slot whose word cache is still empty can start as a copy of the
  * caller's (bpe_work_seed) while no thread uses either.
- * An encoder works into its own buffers and then publishes them into the group; `finished`
- * lists the groups in the order they were published, and the caller returns them from it.
+ * An encoder works into output buffers of its own (an outbuf) and then publishes them into
+ * the group; `finished` lists the groups in the order they were published, and the caller
+ * returns them from it.  Once the caller is done with a group, its outbuf goes to the job's
+ * spares, and the next group encoded takes it instead of growing new buffers from nothing:
+ * the encoder of a group then makes no allocation after the first few groups of a job (in a
+ * process whose heap other libraries had left fragmented, the reallocations of the calling
+ * thread's group buffers had taken ~5% of a batch's time).
  *
  * Invariants:
  *   - a group is published once: under `lock`, only while it is not yet DONE or FAILED; the
  *     publisher moves its buffers in, the group's state becomes DONE or FAILED, its index is
  *     appended to finished[] and `changed` is broadcast; an encoder finding the group already
- *     published frees its own buffers;
+ *     published gives its buffers back to the spares;
  *   - the caller reads a group's buffers only after seeing it in finished[] under the lock;
- *     nothing writes them afterwards until bpe_batch_finish;
+ *     nothing writes them until the caller's next bpe_batch_next, which gives them to the
+ *     spares (a failed group's stay until bpe_batch_finish);
+ *   - spares[0..n_spares) are outbufs that no group and no encoder holds (under lock);
  *   - claims are made in index order, so when group f fails every group before it has been
  *     claimed and will be published; first_failed is the smallest failing group so far, and
  *     the error is reported only once every group before it is published, so the failing
@@ -60,6 +68,16 @@
 
 enum { RUNNING, DONE, FAILED };   /* RUNNING: not published yet (unclaimed or being encoded) */
 
+#define MAX_SPARES 8   /* output buffers a job keeps for reuse */
+
+/* The output of one encoding of a group: the ids of its texts back to back, and where each
+ * text's ids end. */
+typedef struct outbuf {
+    bpe_ids ids;
+    size_t *id_ends;   /* id_ends[k]: end of text first + k's ids in ids */
+    size_t ends_cap;   /* entries id_ends has room for */
+} outbuf;
+
 typedef struct group {
     size_t first;      /* index of its first text */
     size_t count;      /* texts in it (>= 1) */
@@ -67,8 +85,7 @@ typedef struct group {
     int stolen;        /* the caller has encoded it a second time (caller only) */
     int rc;            /* error code when FAILED */
     size_t bad;        /* index of the failing text when FAILED */
-    bpe_ids ids;       /* the ids of its texts, back to back (once published) */
-    size_t *id_ends;   /* count entries: end of text first + k's ids in ids (once published) */
+    outbuf out;        /* its ids (once published) */
 } group;
 
 struct bpe_batch_job {
@@ -97,6 +114,10 @@ struct bpe_batch_job {
     int n_workers;               /* threads started */
     struct worker *workers;
     bpe_work caller_work;        /* the caller's work slot, for the groups it encodes */
+    bpe_bytes caller_scratch;    /* the caller's UTF-8 of a text stored otherwise */
+    outbuf spares[MAX_SPARES];   /* buffers of groups returned, for the next ones (under
+                                    lock) */
+    int n_spares;
 };
 
 /* A worker thread and its work slot, claimed (and seeded) by bpe_batch_start before the
@@ -104,6 +125,7 @@ struct bpe_batch_job {
 typedef struct worker {
     pthread_t thread;
     bpe_work work;
+    bpe_bytes scratch;   /* its UTF-8 of a text stored otherwise */
     bpe_batch_job *job;
 } worker;
 
@@ -112,17 +134,59 @@ static size_t text_start(const bpe_batch_job *job, size_t i)
     return i ? job->ends[i - 1] : 0;
 }
 
-/* Publishes an encoding of group g (see the invariants), or frees it if g already was. */
-static void publish(bpe_batch_job *job, group *g, bpe_ids *ids, size_t *id_ends, int rc,
-                    size_t bad)
+static void free_outbuf(outbuf *b)
+{
+    bpe_ids_free(&b->ids);
+    free(b->id_ends);
+    memset(b, 0, sizeof *b);
+}
+
+/* Output buffers for a group of `count` texts, emptied: a spare when the job has one, else
+ * new ones.  BPE_ERR_NOMEM when room for the ends cannot be made. */
+static int take_outbuf(bpe_batch_job *job, size_t count, outbuf *b)
+{
+    memset(b, 0, sizeof *b);
+    pthread_mutex_lock(&job->lock);
+    if (job->n_spares > 0)
+        *b = job->spares[--job->n_spares];
+    pthread_mutex_unlock(&job->lock);
+    b->ids.len = 0;
+    if (b->ends_cap < count) {
+        size_t *ends = realloc(b->id_ends, count * sizeof *ends);
+        if (ends == NULL)
+            return BPE_ERR_NOMEM;
+        b->id_ends = ends;
+        b->ends_cap = count;
+    }
+    return BPE_OK;
+}
+
+/* Keeps b's buffers for a later group (or frees them when the job has enough). */
+static void give_outbuf(bpe_batch_job *job, outbuf *b)
+{
+    int kept = 0;
+    pthread_mutex_lock(&job->lock);
+    if (job->n_spares < MAX_SPARES) {
+        job->spares[job->n_spares++] = *b;
+        kept = 1;
+    }
+    pthread_mutex_unlock(&job->lock);
+    if (kept)
+        memset(b, 0, sizeof *b);
+    else
+        free_outbuf(b);
+}
+
+/* Publishes an encoding of group g (see the invariants), or gives its buffers back if g
+ * already was. */
+static void publish(bpe_batch_job *job, group *g, outbuf *out, int rc, size_t bad)
 {
     int won;
     pthread_mutex_lock(&job->lock);
     won = g->state == RUNNING;
     if (won) {
         size_t index = (size_t)(g - job->groups);
-        g->ids = *ids;
-        g->id_ends = id_ends;
+        g->out = *out;
         g->rc = rc;
         g->bad = bad;
         g->state = rc == BPE_OK ? DONE : FAILED;
@@ -132,10 +196,8 @@ static void publish(bpe_batch_job *job, group *g, bpe_ids *ids, size_t *id_ends,
         pthread_cond_broadcast(&job->changed);
     }
     pthread_mutex_unlock(&job->lock);
-    if (!won) {
-        bpe_ids_free(ids);
-        free(id_ends);
-    }
+    if (!won)
+        give_outbuf(job, out);
     if (rc != BPE_OK)
         __atomic_store_n(&job->stop, 1, __ATOMIC_RELEASE);
 }
@@ -170,27 +232,25 @@ static int text_utf8(const bpe_batch_job *job, size_t i, size_t start, bpe_bytes
     return BPE_OK;
 }
 
-/* Encodes every text of group g with the work area w into fresh buffers and publishes them. */
-static void encode_group(bpe_batch_job *job, bpe_work *w, group *g)
+/* Encodes every text of group g with the work area w (and the encoder's scratch for UTF-8)
+ * into output buffers and publishes them. */
+static void encode_group(bpe_batch_job *job, bpe_work *w, bpe_bytes *scratch, group *g)
 {
-    bpe_ids ids = {NULL, 0, 0};
-    bpe_bytes scratch = {NULL, 0, 0};
-    size_t k, info = 0, bad = 0, *id_ends = malloc(g->count * sizeof *id_ends);
-    int rc = id_ends != NULL ? BPE_OK : BPE_ERR_NOMEM;
+    outbuf out;
+    size_t k, info = 0, bad = g->first;
+    int rc = take_outbuf(job, g->count, &out);
     for (k = 0; k < g->count && rc == BPE_OK; k++) {
         size_t i = g->first + k, len;
         const uint8_t *text;
-        rc = text_utf8(job, i, text_start(job, i), &scratch, &text, &len);
+        rc = text_utf8(job, i, text_start(job, i), scratch, &text, &len);
         if (rc == BPE_OK && len)
-            rc = bpe_encode_work(job->tok, w, text, len, job->mode, &ids, &info, &job->cancel);
+            rc = bpe_encode_work(job->tok, w, text, len, job->mode, &out.ids, &info,
+                                 &job->cancel);
         if (rc != BPE_OK)
             bad = i;
-        id_ends[k] = ids.len;
+        out.id_ends[k] = out.ids.len;
     }
-    bpe_bytes_free(&scratch);
-    if (rc == BPE_ERR_NOMEM && id_ends == NULL)
-        bad = g->first;
-    publish(job, g, &ids, id_ends, rc, bad);
+    publish(job, g, &out, rc, bad);
 }
 
 /* Claims the next unclaimed group, or returns NULL when there is none (or the job stops). */
@@ -208,7 +268,7 @@ static void *worker_main(void *p)
     worker *me = p;
     group *g;
     while ((g = claim(me->job)) != NULL)
-        encode_group(me->job, &me->work, g);
+        encode_group(me->job, &me->work, &me->scratch, g);
     return NULL;
 }
 
@@ -280,6 +340,7 @@ static void start_workers(bpe_batch_job *job, int n_threads, size_t total_bytes)
     while (job->n_workers < wanted) {
         worker *w = &job->workers[job->n_workers];
         w->job = job;
+        memset(&w->scratch, 0, sizeof w->scratch);
         bpe_work_open(job->tok, &w->work);
         bpe_work_seed(&w->work, &job->caller_work);
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
@@ -328,12 +389,6 @@ int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
     return BPE_OK;
 }
 
-static void free_group(group *g)
-{
-    bpe_ids_free(&g->ids);
-    free(g->id_ends);
-    g->id_ends = NULL;
-}
 
 /* The group a worker is still encoding that the caller has not encoded a second time yet
  * (the lowest such), or NULL.  Under the lock. */
@@ -379,7 +434,7 @@ static void help_or_wait(bpe_batch_job *job)
         if (g == NULL)
             return;
     }
-    encode_group(job, &job->caller_work, g);
+    encode_group(job, &job->caller_work, &job->caller_scratch, g);
 }
 
 int bpe_batch_next(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
@@ -387,8 +442,8 @@ int bpe_batch_next(bpe_batch_job *job, size_t *first, size_t *count, const uint3
 {
     if (job == NULL || first == NULL || count == NULL || ids == NULL || id_ends == NULL)
         return BPE_ERR_ARG;
-    if (job->last_out != NONE)
-        free_group(&job->groups[job->last_out]);   /* the caller is done with it */
+    if (job->last_out != NONE)   /* the caller is done with it */
+        give_outbuf(job, &job->groups[job->last_out].out);
     job->last_out = NONE;
     *count = 0;
     while (!job->ended) {
@@ -410,8 +465,8 @@ int bpe_batch_next(bpe_batch_job *job, size_t *first, size_t *count, const uint3
         if (g != NULL) {
             *first = g->first;
             *count = g->count;
-            *ids = g->ids.ids;
-            *id_ends = g->id_ends;
+            *ids = g->out.ids.ids;
+            *id_ends = g->out.id_ends;
             job->last_out = (size_t)(g - job->groups);
             return BPE_OK;
         }
@@ -434,10 +489,14 @@ void bpe_batch_finish(bpe_batch_job *job)
     for (k = 0; k < job->n_workers; k++) {
         pthread_join(job->workers[k].thread, NULL);
         bpe_work_close(&job->workers[k].work);
+        bpe_bytes_free(&job->workers[k].scratch);
     }
     free(job->workers);
     for (i = 0; job->groups != NULL && i < job->n_groups; i++)
-        free_group(&job->groups[i]);
+        free_outbuf(&job->groups[i].out);
+    for (k = 0; k < job->n_spares; k++)
+        free_outbuf(&job->spares[k]);
+    bpe_bytes_free(&job->caller_scratch);
     free(job->groups);
     free(job->finished);
     bpe_work_close(&job->caller_work);
