@@ -262,6 +262,8 @@ class Tokenizer:
     unk_token, byte_fallback).
     """
 
+    _ptr = None       # the C tokenizer; an instance attribute until close() takes it
+
     # ---- construction ---------------------------------------------------------------------
 
     def __init__(self, vocab, merges, special_tokens=None, *, pattern: str = "gpt2",
@@ -583,10 +585,16 @@ class Tokenizer:
                     state["pattern"], state["cache_capacity"], state["ignore_merges"], extra)
 
     def close(self) -> None:
-        """Free the C tokenizer now.  Safe to call twice; the tokenizer is unusable after."""
-        ptr, self._ptr = getattr(self, "_ptr", None), None
-        if ptr is not None:
-            ffi.release(ptr)
+        """Free the C tokenizer: now, or when the last call still running in another thread
+        returns.  Safe to call twice; the tokenizer is unusable after (ValueError).
+
+        The C tokenizer is freed by its cdata's destructor (ffi.gc) when the last reference
+        goes.  Every call into C holds one for as long as C may use the tokenizer (the
+        argument of a call; a local across an encode_batch job), so dropping the
+        tokenizer's own reference here frees it at once when nothing runs, and otherwise as
+        the last running call returns; freeing it outright (ffi.release) crashed a call
+        running in another thread."""
+        self.__dict__.pop("_ptr", None)      # one atomic step: a second close finds nothing
 
     def __enter__(self):
         return self
@@ -862,8 +870,9 @@ class Tokenizer:
             joined, ends = _join_utf8_py(texts)
             starts = kinds = ffi.NULL
         job_p = ffi.new("bpe_batch_job **")
-        rc = lib.bpe_batch_start(self._handle(), n, joined, starts, ends, kinds, mode,
-                                 num_threads, job_p)
+        ptr = self._handle()      # held until the job is finished (see close)
+        rc = lib.bpe_batch_start(ptr, n, joined, starts, ends, kinds, mode, num_threads,
+                                 job_p)
         if rc:
             raise_for(rc, "encode_batch")
         job = job_p[0]
@@ -872,6 +881,7 @@ class Tokenizer:
                 out, rc, k = self._collect_batch(job, n)
         finally:
             lib.bpe_batch_finish(job)
+            del ptr
         if rc:
             if rc == lib.BPE_ERR_DISALLOWED or rc == lib.BPE_ERR_NOBYTE:
                 # k names the text; a single-text encode raises with the token's name
@@ -1215,7 +1225,8 @@ class Tokenizer:
             raise ValueError(f"unknown token id {token_id}")
         p = ffi.new("uint8_t **")
         n = ffi.new("size_t *")
-        rc = lib.bpe_token_bytes(self._handle(), token_id, p, n)
+        ptr = self._handle()      # p points into the tokenizer: held until unpacked
+        rc = lib.bpe_token_bytes(ptr, token_id, p, n)
         if rc == lib.BPE_ERR_ID:
             raise ValueError(f"unknown token id {token_id}")
         raise_for(rc, "decode_single_token_bytes")

@@ -293,6 +293,48 @@ def test_close_and_context_manager(trained):
     assert "closed" in repr(tok)
 
 
+def test_close_while_other_threads_encode(tmp_path):
+    """close() from one thread while others run encode, encode_batch and encode_file on the
+    same tokenizer in C: each call finishes with the right result, or (started after the
+    close) raises ValueError; the C tokenizer is freed when the last call returns, never
+    under it (that was a segmentation fault)."""
+    import time
+    from pyapi_helpers import _ours, corpus_slice
+    text = corpus_slice("en_books", 1_000_000)
+    docs = text.split("\n")
+    src = tmp_path / "in.txt"
+    src.write_text(text, encoding="utf-8")
+    ref = ours("gpt2")
+    wanted = {"single": ref.encode(text), "batch": ref.encode_batch(docs),
+              "file": len(ref.encode(text))}
+    for delay in (0.0, 0.001, 0.003, 0.008):
+        tok = _ours.__wrapped__("gpt2")
+        outcome = {}
+
+        def run(kind):
+            try:
+                if kind == "single":
+                    got = tok.encode(text)
+                elif kind == "batch":
+                    got = tok.encode_batch(docs, num_threads=2)
+                else:
+                    got = tok.encode_file(src, tmp_path / f"out{delay}.bin", progress=False)
+                outcome[kind] = got == wanted[kind]
+            except ValueError as e:
+                outcome[kind] = "closed" in str(e)
+
+        threads = [threading.Thread(target=run, args=(k,)) for k in wanted]
+        for t in threads:
+            t.start()
+        time.sleep(delay)
+        tok.close()
+        for t in threads:
+            t.join()
+        assert outcome == {k: True for k in wanted}, (delay, outcome)
+        with pytest.raises(ValueError, match="closed"):
+            tok.encode_batch(docs[:3])
+
+
 def test_n_vocab_matches_c(trained):
     from bpe_cffi._native import lib
     for tok in (ours("gpt2"), ours("cl100k_base"), Tokenizer(*trained, SPECIALS)):
