@@ -111,6 +111,18 @@ class _GCPaused:
             gc.enable()
 
 
+def _refuse_same_file(f, in_path, out_path) -> None:
+    """ValueError when out_path names the input file (open as f): the output, written to a
+    temporary file and renamed over out_path, would replace the text with its ids."""
+    try:
+        same = os.path.samestat(os.fstat(f.fileno()), os.lstat(out_path))
+    except OSError:
+        return                                  # no such output yet: nothing to replace
+    if same:
+        raise ValueError(f"output_path {out_path!r} is the input file {in_path!r}: refusing to "
+                         f"replace the text with its ids")
+
+
 def _utf8(text) -> bytes:
     """UTF-8 of a str; lone surrogates become U+FFFD, as tiktoken does."""
     if type(text) is not str:
@@ -925,8 +937,8 @@ class Tokenizer:
         self._refuse_components("encode_file")
         in_path = os.fspath(input_path)
         out_path = os.fspath(output_path)
-        with open(in_path, "rb"):
-            pass                                # a missing input: FileNotFoundError naming it
+        with open(in_path, "rb") as f:          # a missing input: FileNotFoundError naming it
+            _refuse_same_file(f, in_path, out_path)
         if num_threads is None:
             num_threads = 0
         if type(num_threads) is not int or num_threads < 0:

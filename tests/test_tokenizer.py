@@ -270,6 +270,41 @@ def test_encode_file_errors(tmp_path):
         tok.encode_file(src, tmp_path / "no" / "such" / "dir.bin", progress=False)
 
 
+@pytest.mark.parametrize("how", ["same path", "another spelling", "hard link", "via symlink"])
+def test_encode_file_refuses_to_replace_its_input(tmp_path, how):
+    """The output is renamed over output_path: when that names the input file, the text
+    would be lost.  A symlink as output_path is replaced itself, the text kept."""
+    import os
+    tok = ours("gpt2")
+    src = tmp_path / "in.txt"
+    src.write_text("hello world")
+    if how == "same path":
+        out = src
+    elif how == "another spelling":
+        out = tmp_path / "." / "in.txt"
+    elif how == "hard link":
+        out = tmp_path / "link.txt"
+        os.link(src, out)
+    else:                                      # input named through a symlink to out
+        out = src
+        src = tmp_path / "alias.txt"
+        src.symlink_to(out)
+    with pytest.raises(ValueError, match="is the input file"):
+        tok.encode_file(src, out, progress=False)
+    assert (tmp_path / "in.txt").read_text() == "hello world"
+
+
+def test_encode_file_over_a_symlink_to_its_input_keeps_the_text(tmp_path):
+    tok = ours("gpt2")
+    src = tmp_path / "in.txt"
+    src.write_text("hello world")
+    link = tmp_path / "out.bin"
+    link.symlink_to(src)
+    n = tok.encode_file(src, link, progress=False)
+    assert n == len(tok.encode("hello world")) and not link.is_symlink()
+    assert src.read_text() == "hello world"
+
+
 def test_encode_file_invalid_utf8(tmp_path):
     numpy = pytest.importorskip("numpy")
     tok = ours("gpt2")
