@@ -7,6 +7,7 @@ KeyboardInterrupt it sets `progress.cancel`, the C call notices within about a t
 second and returns BPE_ERR_CANCELLED, the worker thread is joined, and KeyboardInterrupt is
 re-raised.  No thread is left running.
 """
+import signal
 import sys
 import threading
 import time
@@ -75,28 +76,90 @@ class Bar:
             self.drawn = False
 
 
+class _SigintRecorded:
+    """Between install() and restore(), Ctrl-C in the main thread is recorded (.caught)
+    instead of running the handler; restore() puts the handler back and calls it for a
+    recorded Ctrl-C (so KeyboardInterrupt is raised there).  run_cancellable starts its
+    worker in between: a KeyboardInterrupt raised while the thread starts (a signal that
+    came during the C work just before is handled at the first bytecode after, possibly
+    inside Thread.start) would otherwise leave with the worker running, and the caller would
+    free buffers the C call still writes.  Does nothing outside the main thread (no signal
+    arrives there) or when the handler was not set from Python."""
+
+    def __init__(self):
+        self.caught = False
+        self.old = None
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        old = signal.getsignal(signal.SIGINT)
+        if old is None:                      # set by C code: cannot be put back
+            return
+        self.old = old
+        signal.signal(signal.SIGINT, self._record)
+
+    def _record(self, signum, frame):
+        self.caught = True
+
+    def restore(self) -> None:
+        old, self.old = self.old, None
+        if old is None:
+            return
+        signal.signal(signal.SIGINT, old)
+        if self.caught and callable(old):
+            old(signal.SIGINT, None)         # the default raises KeyboardInterrupt
+
+
+def _wait_surely(done, thread) -> None:
+    """Wait until the worker's call has returned (done set), whatever Ctrl-C comes meanwhile
+    (the C call has been told to stop), then for its thread to end.  Not by Thread.join
+    alone: in CPython 3.11 a KeyboardInterrupt inside join() can mark a thread that is still
+    running as stopped, and join() and is_alive() then no longer wait for it."""
+    while not done.is_set():
+        try:
+            done.wait()
+        except KeyboardInterrupt:
+            pass
+    try:
+        thread.join()
+    except KeyboardInterrupt:
+        pass                                 # its call has returned: nothing is left to wait for
+
+
 def run_cancellable(call, progress_struct, bars=None):
     """Run `call()` (a C call that takes `progress_struct`) in a worker thread.
 
     `bars` maps a BPE_PHASE_* value to a Bar (or is None for no display).  Returns what
-    `call()` returns.  Ctrl-C in the calling thread cancels the C call, joins the worker and
-    re-raises KeyboardInterrupt; an exception in the worker is re-raised here.
+    `call()` returns.  Ctrl-C in the calling thread cancels the C call, waits for it to
+    return and re-raises KeyboardInterrupt; an exception in the worker is re-raised here.
+    Whatever leaves this function, normally or by an exception, the call has returned: the
+    caller may free what the C call uses.
     """
     result = {}
+    done = threading.Event()
 
     def worker():
         try:
             result["value"] = call()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             result["error"] = exc
+        finally:
+            done.set()
 
     thread = threading.Thread(target=worker, name="bpe_cffi-call", daemon=True)
-    thread.start()
+    sigint = _SigintRecorded()
+    sigint.install()
+    try:
+        thread.start()
+    except BaseException:
+        sigint.restore()
+        raise
     shown = None      # the bar drawn last
     last = (0, 0)     # (done, total) as last seen for that bar
     try:
-        while thread.is_alive():
-            thread.join(0.05)
+        sigint.restore()             # from here a Ctrl-C raises, and is handled below
+        while not done.wait(0.05):
             if not bars:
                 continue
             bar = bars.get(progress_struct.phase)
@@ -107,9 +170,10 @@ def run_cancellable(call, progress_struct, bars=None):
                 last = (progress_struct.done, progress_struct.total)
                 bar.update(*last)
             shown = bar
-    except KeyboardInterrupt:
-        progress_struct.cancel = 1
         thread.join()
+    except BaseException:
+        progress_struct.cancel = 1
+        _wait_surely(done, thread)
         if shown is not None:
             shown.close()
         raise
