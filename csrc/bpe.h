@@ -158,6 +158,13 @@ int bpe_token_id(const bpe_tokenizer *tok, const uint8_t *bytes, size_t len, uin
 int bpe_encode(const bpe_tokenizer *tok, const uint8_t *text, size_t len,
                const uint8_t *special_mode, bpe_ids *out, size_t *info);
 
+/* bpe_encode that stops with BPE_ERR_CANCELLED (out->len restored) soon after *cancel
+ * becomes nonzero; it is looked at every few thousand pieces (a single piece of many
+ * megabytes is finished first).  cancel may be NULL: never. */
+int bpe_encode_cancellable(const bpe_tokenizer *tok, const uint8_t *text, size_t len,
+                           const uint8_t *special_mode, const int *cancel, bpe_ids *out,
+                           size_t *info);
+
 /* Streaming form: encodes the longest prefix of text whose ids cannot change whatever text
  * follows, appends its ids to *out and sets *consumed to its length.  With final != 0 the
  * text is the end of the stream and all of it is encoded (same as bpe_encode). */

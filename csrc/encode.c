@@ -294,6 +294,8 @@ static int encode_masked(const bpe_tokenizer *tok, bpe_slot *s, const uint8_t *t
             return rc;
         out->ids[out->len++] = tok->special_ids[index];
         pos = start + bpe_special_len(tok->matcher, index);
+        if (cancelled(cancel))   /* segments may be too short for encode_segment's look */
+            return BPE_ERR_CANCELLED;
     }
     return encode_segment(tok, s, text + pos, len - pos, out, cancel);
 }
@@ -329,12 +331,19 @@ static int check_encode_args(const bpe_tokenizer *tok, const uint8_t *text, size
 int bpe_encode(const bpe_tokenizer *tok, const uint8_t *text, size_t len,
                const uint8_t *special_mode, bpe_ids *out, size_t *info)
 {
+    return bpe_encode_cancellable(tok, text, len, special_mode, NULL, out, info);
+}
+
+int bpe_encode_cancellable(const bpe_tokenizer *tok, const uint8_t *text, size_t len,
+                           const uint8_t *special_mode, const int *cancel, bpe_ids *out,
+                           size_t *info)
+{
     bpe_work w;
     int rc = check_encode_args(tok, text, len, out);
     if (rc != BPE_OK || len == 0)
         return rc;
     bpe_work_open(tok, &w);
-    rc = bpe_encode_work(tok, &w, text, len, special_mode, out, info, NULL);
+    rc = bpe_encode_work(tok, &w, text, len, special_mode, out, info, cancel);
     bpe_work_close(&w);
     return rc;
 }

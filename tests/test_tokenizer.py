@@ -439,6 +439,60 @@ def test_encode_file_ctrl_c_cancels(tmp_path):
     assert "encode big.txt" in res.stderr        # the progress bar was drawn
 
 
+ENCODE_CANCEL_SCRIPT = r"""
+import os, signal, sys, threading, time
+sys.path[:0] = {paths!r}
+from bpe_cffi import Tokenizer
+tok = Tokenizer.from_tiktoken({vocab!r}, pattern="cl100k")
+text = open({src!r}, encoding="utf-8").read()
+if {what!r} == "batch":
+    docs = text.split("\n") * 2
+    work = lambda: tok.encode_batch(docs, num_threads=2)
+else:
+    work = lambda: tok.encode(text)
+fired = []
+def fire():
+    fired.append(time.monotonic())
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Timer(0.3, fire).start()
+try:
+    work()
+    print("finished")
+except KeyboardInterrupt:
+    late = time.monotonic() - fired[0]
+    names = [t.name for t in threading.enumerate()]
+    print("interrupted", late, "bpe_cffi-call" in names)
+"""
+
+
+@pytest.mark.parametrize("what", ["encode", "batch"])
+def test_ctrl_c_stops_a_long_encode(tmp_path, what):
+    """SIGINT during one long encode (run on a helper thread from 4 MiB on) or encode_batch
+    (the caller looks at signals after each group): KeyboardInterrupt within a fraction of a
+    second, not after the whole text (seconds here), and no helper thread left."""
+    import os
+    import subprocess
+    import sys
+    from conftest import default_sigint, vocab_path
+    from pyapi_helpers import corpus_slice
+    import bpe_cffi
+    chunk = corpus_slice("web", 400_000)
+    src = tmp_path / "big.txt"
+    with open(src, "w", encoding="utf-8") as f:
+        for _ in range(375):                     # ~150 MB: seconds of work here
+            f.write(chunk)
+    script = ENCODE_CANCEL_SCRIPT.format(
+        paths=[os.path.dirname(os.path.dirname(bpe_cffi.__file__))],
+        vocab=str(vocab_path("cl100k_base.tiktoken")), src=str(src), what=what)
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300, preexec_fn=default_sigint)
+    assert res.returncode == 0, res.stderr[-2000:]
+    word, late, helper_alive = res.stdout.split()
+    assert word == "interrupted", res.stdout
+    assert float(late) < 0.4, res.stdout
+    assert helper_alive == "False"
+
+
 def test_cli_encode(tmp_path, capsys):
     numpy = pytest.importorskip("numpy")
     from conftest import vocab_path

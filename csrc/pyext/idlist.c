@@ -305,8 +305,9 @@ static int check_complete(PyObject *out)
 
 /* collect_batch(next_address, job_address, n_texts, cache) -> (lists, 0, 0), or
  * (None, error code, failing text) when the job reports an error: every group of a started
- * job, each list made as soon as its group is done.  The caller finishes the job, also
- * after an exception. */
+ * job, each list made as soon as its group is done.  A signal (Ctrl-C) is looked at after
+ * each group: its exception propagates.  The caller finishes the job, also after an
+ * exception. */
 static PyObject *collect_batch(PyObject *self, PyObject *args)
 {
     unsigned long long next_address, job_address;
@@ -334,7 +335,8 @@ static PyObject *collect_batch(PyObject *self, PyObject *args)
             PyErr_SetString(PyExc_SystemError, "batch group out of range");
             break;
         }
-        if (place_lists(out, (Py_ssize_t)first, ids, id_ends, (Py_ssize_t)count, &c) < 0)
+        if (place_lists(out, (Py_ssize_t)first, ids, id_ends, (Py_ssize_t)count, &c) < 0 ||
+            PyErr_CheckSignals() < 0)   /* Ctrl-C: the caller's finish stops the workers */
             break;
     }
     if (rc == 0 && count == 0 && check_complete(out) == 0)
