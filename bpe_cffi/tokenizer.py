@@ -1447,7 +1447,9 @@ def load(path, *, pattern: str = None, special_tokens=None, **kw) -> Tokenizer:
     with open(p, "rb") as f:
         head = f.read(4096)
     stripped = head.lstrip()
-    if p.endswith(".tiktoken") or (stripped and not stripped.startswith(b"{")):
+    json_name = p.lower().endswith(".json")
+    if p.endswith(".tiktoken") or (stripped and not stripped.startswith(b"{") and
+                                   not json_name):
         return Tokenizer.from_tiktoken(p, pattern=pattern, special_tokens=special_tokens, **kw)
     text = formats._read_text(p)
     doc = formats._parse_json(text, p)

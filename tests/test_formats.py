@@ -63,6 +63,16 @@ def test_good_files_load(tmp_path):
     assert load((v, m)).encode("abc") == [257]
 
 
+def test_load_of_a_json_name_that_is_not_json_says_so(tmp_path):
+    """A .json file that is not JSON is reported as bad JSON, not read as a .tiktoken file
+    (whose error, "bad base64", named the wrong format)."""
+    p = write(tmp_path, "tokenizer.json", "not json at all\n")
+    with pytest.raises(ValueError, match="tokenizer.json:1: bad JSON"):
+        load(p)
+    t = write(tmp_path, "ranks.txt", base64.b64encode(b"a").decode() + " 0\n")
+    assert load(t, pattern="gpt2").encode("a") == [0]      # other names still sniffed
+
+
 @pytest.mark.parametrize("merges,match", [
     ("a b\nab\n", r"merges.txt:2: .*two tokens"),
     ("a b\nab c d\n", r"merges.txt:2: .*two tokens"),
