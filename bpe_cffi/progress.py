@@ -107,8 +107,12 @@ class _SigintRecorded:
         if old is None:
             return
         signal.signal(signal.SIGINT, old)
-        if self.caught and callable(old):
-            old(signal.SIGINT, None)         # the default raises KeyboardInterrupt
+        if not self.caught:
+            return
+        if callable(old):
+            old(signal.SIGINT, None)         # Python's default raises KeyboardInterrupt
+        elif old == signal.SIG_DFL:
+            signal.raise_signal(signal.SIGINT)   # the system's default: end the process
 
 
 def _wait_surely(done, thread) -> None:

@@ -54,3 +54,52 @@ def test_training_prints_each_phase_once(tmp_path):
     lines = err.getvalue().splitlines()
     assert sum(line.startswith("counting") for line in lines) == 1, lines
     assert sum(line.startswith("merging") for line in lines) == 1, lines
+
+
+SIGINT_SCRIPT = r"""
+import os, signal, sys, time
+sys.path[:0] = {paths!r}
+from bpe_cffi.progress import _SigintRecorded
+kind = {kind!r}
+seen = []
+if kind == "ignore":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+elif kind == "custom":
+    signal.signal(signal.SIGINT, lambda s, f: seen.append(s))
+elif kind == "system":
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+rec = _SigintRecorded()
+rec.install()
+os.kill(os.getpid(), signal.SIGINT)     # while recorded: no handler runs
+time.sleep(0.05)
+print("recorded", rec.caught, seen == [], flush=True)
+try:
+    rec.restore()                       # now the handler that was there sees it
+    print("after", seen == [signal.SIGINT], signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
+except KeyboardInterrupt:
+    print("after KeyboardInterrupt")
+"""
+
+
+def test_sigint_recorded_while_a_worker_starts_reaches_the_handler_after():
+    """run_cancellable starts its worker with Ctrl-C recorded, not raised; restore() hands
+    a recorded one to whatever handler was set: Python's default raises KeyboardInterrupt,
+    a custom one is called, SIG_IGN ignores it, the system default ends the process."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import bpe_cffi
+    from conftest import default_sigint
+    paths = [os.path.dirname(os.path.dirname(bpe_cffi.__file__))]
+    outs = {}
+    for kind in ("python", "ignore", "custom", "system"):
+        res = subprocess.run([sys.executable, "-c", SIGINT_SCRIPT.format(paths=paths,
+                                                                          kind=kind)],
+                             capture_output=True, text=True, timeout=60,
+                             preexec_fn=default_sigint)
+        outs[kind] = (res.returncode, res.stdout.split("\n")[:2])
+    assert outs["python"] == (0, ["recorded True True", "after KeyboardInterrupt"])
+    assert outs["ignore"] == (0, ["recorded True True", "after False True"])
+    assert outs["custom"] == (0, ["recorded True True", "after True False"])
+    assert outs["system"] == (-signal.SIGINT, ["recorded True True", ""])
