@@ -225,6 +225,29 @@ def test_first_batch_after_single_calls_matches_tiktoken(vocab):
     tok.close()
 
 
+@pytest.mark.parametrize("vocab", ["gpt2", "o200k_base"])
+def test_small_batches_equal_encode(vocab):
+    """Batches of 1 to 6 texts (up to 4 short ones are encoded text by text, longer or more
+    as a C job): the ids of encode for every special-token mode, and its errors."""
+    tok = ours(vocab)
+    texts = ["hello world", "", "x<|endoftext|>y", "na\u00efve caf\u00e9 \u65e5\u672c \U0001f642",
+             "  spaces\n\n", "a" * 20000]
+    modes = [{}, {"allowed_special": set()}, {"allowed_special": "all"}]
+    for n in range(1, len(texts) + 1):
+        for docs in (texts[:n], texts[-n:]):
+            for kw in modes:
+                assert tok.encode_batch(docs, **kw) == [tok.encode(d, **kw) for d in docs]
+    if "<|endoftext|>" in tok.special_tokens:
+        for docs in (texts[:3], texts):
+            with pytest.raises(ValueError) as one:
+                tok.encode(texts[2], allowed_special=set(), disallowed_special="all")
+            with pytest.raises(ValueError) as many:
+                tok.encode_batch(docs, allowed_special=set(), disallowed_special="all")
+            assert str(many.value) == str(one.value)
+    with pytest.raises(TypeError, match="str"):
+        tok.encode_batch(["ok", b"bytes"])
+
+
 def test_encode_batch_custom_pattern(trained):
     vocab, merges = trained
     tok = Tokenizer(vocab, merges, SPECIALS, pattern=CUSTOM_REGEX)
