@@ -156,6 +156,9 @@ def run_cancellable(call, progress_struct, bars=None):
     sigint.install()
     try:
         thread.start()
+    except RuntimeError:             # no thread can be started now: run the call here
+        sigint.restore()             # (without progress bars, and Ctrl-C waits for it)
+        return call()
     except BaseException:
         sigint.restore()
         raise

@@ -103,3 +103,19 @@ def test_sigint_recorded_while_a_worker_starts_reaches_the_handler_after():
     assert outs["ignore"] == (0, ["recorded True True", "after False True"])
     assert outs["custom"] == (0, ["recorded True True", "after True False"])
     assert outs["system"] == (-signal.SIGINT, ["recorded True True", ""])
+
+
+def test_run_cancellable_runs_the_call_here_when_no_thread_starts(monkeypatch):
+    """Out of threads (Thread.start raises RuntimeError): the call still runs, on the
+    calling thread, and its result comes back (encode of a long text goes this way)."""
+    import threading
+    from bpe_cffi import progress
+    from bpe_cffi._native import ffi
+
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    prog = ffi.new("bpe_progress *")
+    assert progress.run_cancellable(lambda: threading.current_thread().name, prog) == \
+        threading.current_thread().name
