@@ -417,82 +417,41 @@ def test_constructor_rejects_bad_vocab_and_merges():
         Tokenizer(base, [], [""])
 
 
-CANCEL_SCRIPT = r"""
+INTERRUPT_SCRIPT = r"""
 import os, signal, sys, threading, time
 sys.path[:0] = {paths!r}
 from bpe_cffi import Tokenizer
 tok = Tokenizer.from_tiktoken({vocab!r}, pattern="cl100k")
-out = {out!r}
-threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
-t0 = time.monotonic()
-try:
-    tok.encode_file({src!r}, out, progress=True, num_threads=2)
-    print("finished", time.monotonic() - t0)
-except KeyboardInterrupt:
-    names = [t.name for t in threading.enumerate()]
-    print("interrupted", time.monotonic() - t0, os.path.exists(out), "bpe_cffi-call" in names)
-"""
-
-
-def test_encode_file_ctrl_c_cancels(tmp_path):
-    """SIGINT during encode_file: KeyboardInterrupt soon after, no output file, no thread."""
-    import os
-    import subprocess
-    import sys
-    from conftest import vocab_path
-    from pyapi_helpers import corpus_slice
-    import bpe_cffi
-    chunk = corpus_slice("web", 400_000)
-    src = tmp_path / "big.txt"
-    with open(src, "w", encoding="utf-8") as f:
-        for _ in range(500):                     # ~200 MB: seconds of work even on a fast machine
-            f.write(chunk)
-    out = tmp_path / "big.bin"
-    script = CANCEL_SCRIPT.format(paths=[os.path.dirname(os.path.dirname(bpe_cffi.__file__))],
-                                  vocab=str(vocab_path("cl100k_base.tiktoken")),
-                                  out=str(out), src=str(src))
-    from conftest import default_sigint
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=300, preexec_fn=default_sigint)
-    assert res.returncode == 0, res.stderr[-2000:]
-    word, elapsed, *rest = res.stdout.split()
-    assert word == "interrupted", res.stdout
-    assert float(elapsed) < 0.5 + 5.0
-    assert rest == ["False", "False"]            # output removed; the helper thread ended
-    assert "encode big.txt" in res.stderr        # the progress bar was drawn
-
-
-ENCODE_CANCEL_SCRIPT = r"""
-import os, signal, sys, threading, time
-sys.path[:0] = {paths!r}
-from bpe_cffi import Tokenizer
-tok = Tokenizer.from_tiktoken({vocab!r}, pattern="cl100k")
-text = open({src!r}, encoding="utf-8").read()
-if {what!r} == "batch":
-    docs = text.split("\n") * 2
-    work = lambda: tok.encode_batch(docs, num_threads=2)
-else:
+src, out, what = {src!r}, {out!r}, {what!r}
+if what == "file":
+    work = lambda: tok.encode_file(src, out, progress=True, num_threads=2)
+elif what == "encode":
+    text = open(src, encoding="utf-8").read()
     work = lambda: tok.encode(text)
+else:
+    docs = open(src, encoding="utf-8").read().split("\n") * 2
+    work = lambda: tok.encode_batch(docs, num_threads=2)
 fired = []
 def fire():
     fired.append(time.monotonic())
     os.kill(os.getpid(), signal.SIGINT)
-threading.Timer(0.3, fire).start()
+threading.Timer({delay!r}, fire).start()
+t0 = time.monotonic()
 try:
     work()
     print("finished")
 except KeyboardInterrupt:
-    late = time.monotonic() - fired[0]
+    now = time.monotonic()
     names = [t.name for t in threading.enumerate()]
-    print("interrupted", late, "bpe_cffi-call" in names)
+    print("interrupted", now - t0, now - fired[0], os.path.exists(out), "bpe_cffi-call" in names)
 """
 
 
-@pytest.mark.parametrize("what", ["encode", "batch"])
-def test_ctrl_c_stops_a_long_encode(tmp_path, what):
-    """SIGINT during one long encode (run on a helper thread from 4 MiB on) or encode_batch
-    (the caller looks at signals after each group): KeyboardInterrupt within a fraction of a
-    second, not after the whole text (seconds here), and no helper thread left."""
+def _interrupted(tmp_path, what, chunks, delay):
+    """Runs INTERRUPT_SCRIPT's `what` ("file", "encode" or "batch") in a child on `chunks`
+    copies of 400 KB of web text, with SIGINT `delay` s in: (its stdout's fields, its
+    stderr).  Interrupted, the fields are: seconds since the start, since the signal,
+    whether the output file exists, whether the helper thread is alive."""
     import os
     import subprocess
     import sys
@@ -502,17 +461,37 @@ def test_ctrl_c_stops_a_long_encode(tmp_path, what):
     chunk = corpus_slice("web", 400_000)
     src = tmp_path / "big.txt"
     with open(src, "w", encoding="utf-8") as f:
-        for _ in range(375):                     # ~150 MB: seconds of work here
+        for _ in range(chunks):
             f.write(chunk)
-    script = ENCODE_CANCEL_SCRIPT.format(
+    script = INTERRUPT_SCRIPT.format(
         paths=[os.path.dirname(os.path.dirname(bpe_cffi.__file__))],
-        vocab=str(vocab_path("cl100k_base.tiktoken")), src=str(src), what=what)
+        vocab=str(vocab_path("cl100k_base.tiktoken")), src=str(src),
+        out=str(tmp_path / "big.bin"), what=what, delay=delay)
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=300, preexec_fn=default_sigint)
     assert res.returncode == 0, res.stderr[-2000:]
-    word, late, helper_alive = res.stdout.split()
-    assert word == "interrupted", res.stdout
-    assert float(late) < 0.4, res.stdout
+    return res.stdout.split(), res.stderr
+
+
+def test_encode_file_ctrl_c_cancels(tmp_path):
+    """SIGINT during encode_file: KeyboardInterrupt soon after, no output file, no thread."""
+    fields, err = _interrupted(tmp_path, "file", 500, 0.5)   # ~200 MB: seconds of work even
+    assert fields[0] == "interrupted", fields               # on a fast machine
+    elapsed, rest = fields[1], fields[3:]
+    assert float(elapsed) < 0.5 + 5.0
+    assert rest == ["False", "False"]            # output removed; the helper thread ended
+    assert "encode big.txt" in err               # the progress bar was drawn
+
+
+@pytest.mark.parametrize("what", ["encode", "batch"])
+def test_ctrl_c_stops_a_long_encode(tmp_path, what):
+    """SIGINT during one long encode (run on a helper thread from 4 MiB on) or encode_batch
+    (the caller looks at signals after each group): KeyboardInterrupt within a fraction of a
+    second, not after the whole text (seconds here), and no helper thread left."""
+    fields, _ = _interrupted(tmp_path, what, 375, 0.3)      # ~150 MB: seconds of work here
+    assert fields[0] == "interrupted", fields
+    late, helper_alive = fields[2], fields[4]
+    assert float(late) < 0.4, fields
     assert helper_alive == "False"
 
 
