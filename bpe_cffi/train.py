@@ -157,10 +157,16 @@ def _count_python(path, pattern: str, specials, cancel_flag) -> Counter:
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     pending = ""
 
+    def pieces(seg):
+        # whole matches, as the encoder splits: findall would give a pattern's groups
+        if compiled.groups == 0:
+            return compiled.findall(seg)
+        return [m.group() for m in compiled.finditer(seg)]
+
     def count_text(text):
         segments = split.split(text) if split is not None else [text]
         for seg in segments:
-            counts.update(compiled.findall(seg))
+            counts.update(pieces(seg))
 
     with open(path, "rb") as f:
         while True:

@@ -60,8 +60,8 @@ def count_pretokens(text: str, pattern: str, special_tokens) -> Counter:
     counts = Counter()
     compiled = regex.compile(pattern)
     for segment in split_specials(text, special_tokens):
-        for piece in compiled.findall(segment):
-            counts[piece.encode("utf-8")] += 1
+        for match in compiled.finditer(segment):
+            counts[match.group().encode("utf-8")] += 1
     return counts
 
 

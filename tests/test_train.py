@@ -278,6 +278,18 @@ def test_several_files_are_separate_texts(tmp_path):
     assert_same(got, train_from_counts(ref_counts, 270))
 
 
+def test_a_pattern_with_groups_splits_into_whole_matches(tmp_path):
+    """A custom pattern's pre-tokens are its whole matches, as the encoder splits, also
+    when the pattern has capturing groups (regex's findall would return the groups)."""
+    p = tmp_path / "t.txt"
+    p.write_text("hello hello hello world world, wide worlds " * 50)
+    plain = train_bpe(p, 280, pattern=r"\w+|\s+|[^\w\s]+")
+    for grouped in (r"(\w)\w*|\s+|[^\w\s]+", r"(\w)(\w*)|(\s+)|[^\w\s]+"):
+        assert_same(train_bpe(p, 280, pattern=grouped), plain)
+        assert_same(train_reference(p, 280, [], pattern=grouped), plain)
+    assert any(a + b == b"hello" for a, b in plain[1])   # words were learned, not bytes
+
+
 @needs_c_pretok
 @pytest.mark.parametrize("name", ["en_books", "multilingual", "code", "web"])
 @pytest.mark.parametrize("pattern,regex_str", [("gpt2", GPT2), ("cl100k", CL100K),
