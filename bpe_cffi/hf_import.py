@@ -321,9 +321,9 @@ def _vocab_and_merges(model, special, byte_level, path, text, fail):
     raw_vocab = model.get("vocab")
     if not isinstance(raw_vocab, dict):
         fail("model.vocab must be an object")
-    raw_merges = model.get("merges")
-    if raw_merges is None:
-        raw_merges = []
+    if "merges" not in model:       # HF refuses such a file too
+        fail("model.merges is missing (a BPE model lists its merges, [] for none)")
+    raw_merges = model["merges"]
     if not isinstance(raw_merges, list):
         fail("model.merges must be a list")
     # added tokens may also appear in model.vocab, as raw strings: they are special here.

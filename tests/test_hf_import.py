@@ -298,6 +298,24 @@ def test_refusals_name_the_part(built, tmp_path, key, value, match):
         load(q)
 
 
+def _drop_merges(doc):
+    del doc["model"]["merges"]
+
+
+@pytest.mark.parametrize("change", [_set(["model", "merges"], None), _drop_merges],
+                         ids=["null", "absent"])
+def test_merges_null_or_absent_refused(built, tmp_path, change):
+    """HF refuses a BPE model without a merges list; taking it as "no merges" would encode
+    byte by byte, silently."""
+    q = _mutated(built("whitespace"), tmp_path, change)
+    with pytest.raises(ValueError, match="model.merges") as exc:
+        load(q)
+    assert "bad.json" in str(exc.value)
+    from tokenizers import Tokenizer as HFTokenizer
+    with pytest.raises(Exception):
+        HFTokenizer.from_file(str(q))
+
+
 @pytest.mark.parametrize("flag, value, match", [
     ("lstrip", True, r"added_tokens\[0\] \('<unk>'\) has lstrip=true"),
     ("single_word", True, "single_word=true"),
