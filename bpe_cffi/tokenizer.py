@@ -93,6 +93,20 @@ def _split_ids_py(ptr, ends_ptr, n_texts) -> list:
     return out
 
 
+_MAX_THREADS = 256     # the C core uses at most this many threads (bpe_thread_count)
+
+
+def _c_threads(num_threads) -> int:
+    """num_threads as the C calls take it: 0 for one per core (None or 0), else at most
+    _MAX_THREADS (what C would use anyway; a larger int does not fit its int)."""
+    if num_threads is None:
+        return 0
+    if type(num_threads) is not int or num_threads < 0:
+        raise ValueError(f"num_threads must be an int >= 1 (None or 0: one per core), not "
+                         f"{num_threads!r}")
+    return min(num_threads, _MAX_THREADS)
+
+
 class _GCPaused:
     """Pauses the cyclic garbage collector while many result lists are built.
 
@@ -890,11 +904,7 @@ class Tokenizer:
         if isinstance(texts, str):
             raise TypeError("encode_batch takes a list of str, not a str")
         texts = list(texts)
-        if num_threads is None:
-            num_threads = 0
-        if type(num_threads) is not int or num_threads < 0:
-            raise ValueError(f"num_threads must be an int >= 1 (None or 0: one per core), not "
-                             f"{num_threads!r}")
+        num_threads = _c_threads(num_threads)
         mode = self._mode_for(allowed_special, disallowed_special)
         n = len(texts)
         if n == 0:
@@ -974,11 +984,7 @@ class Tokenizer:
         out_path = os.fspath(output_path)
         with open(in_path, "rb") as f:          # a missing input: FileNotFoundError naming it
             _refuse_same_file(f, in_path, out_path)
-        if num_threads is None:
-            num_threads = 0
-        if type(num_threads) is not int or num_threads < 0:
-            raise ValueError(f"num_threads must be an int >= 1 (None or 0: one per core), not "
-                             f"{num_threads!r}")
+        num_threads = _c_threads(num_threads)
         if self._cpattern == 0:
             return self._encode_file_py(in_path, out_path, width)
         from .progress import Bar, new_progress, run_cancellable

@@ -265,13 +265,18 @@ def _check_alphabet(initial_alphabet) -> list:
     return sorted(set(items))
 
 
+_SIZE_MAX = 2 ** (8 * ffi.sizeof("size_t")) - 1
+
+
 def _new_trainer(cid, vocab_size, specials, min_frequency, num_threads, block_size,
                  parallel_words=0, long_word=0, options=None):
     cfg = ffi.new("bpe_trainer_config *")
     cfg.pattern = cid
     cfg.vocab_size = vocab_size
-    cfg.min_frequency = min_frequency or 0
-    cfg.n_threads = num_threads or 0
+    # values past what C's fields hold mean the same as C's largest: no count reaches such a
+    # minimum, and C uses at most 256 threads
+    cfg.min_frequency = min(min_frequency or 0, 2**64 - 1)
+    cfg.n_threads = min(num_threads or 0, 256)
     cfg.block_size = block_size or 0
     cfg.parallel_words = parallel_words or 0
     cfg.long_word = long_word or 0
@@ -298,13 +303,14 @@ def _set_options(cfg, o: _Options) -> list:
     """Fills cfg's option fields; returns the cdata they point to (keep it alive)."""
     keep = []
     if o.max_token_length is not None:
-        cfg.max_token_length = max(o.max_token_length, 1)    # C: 0 is "no limit"
+        # C: 0 is "no limit"; a limit past SIZE_MAX bytes (or characters) is none either
+        cfg.max_token_length = min(max(o.max_token_length, 1), _SIZE_MAX)
     if o.byte_level:
         return keep
     cfg.char_level = 1
     if o.limit_alphabet is not None:
         cfg.has_limit_alphabet = 1
-        cfg.limit_alphabet = o.limit_alphabet
+        cfg.limit_alphabet = min(o.limit_alphabet, _SIZE_MAX)   # past it: no limit
     if o.initial_alphabet:
         arr = ffi.new("uint32_t[]", [ord(c) for c in o.initial_alphabet])
         keep.append(arr)

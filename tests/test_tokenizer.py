@@ -199,6 +199,7 @@ def test_encode_batch_equals_encode(vocab):
     assert tok.encode_batch(docs) == expected
     assert tok.encode_batch(docs, num_threads=2) == expected
     assert tok.encode_batch(docs, num_threads=1) == expected
+    assert tok.encode_batch(docs[:300], num_threads=2 ** 40) == expected[:300]  # C's int
     assert tok.encode_batch([]) == []
     assert tok.encode_batch(docs[:5], allowed_special=set()) == \
         [tok.encode(d, allowed_special=set()) for d in docs[:5]]
@@ -271,6 +272,9 @@ def test_encode_file_matches_encode(tmp_path, vocab, dtype):
     expected = tok.encode(text)
     assert n == len(expected)
     assert got == expected
+    if dtype is None:       # more threads than C's int holds: as many as C uses
+        assert tok.encode_file(src, out, progress=False, num_threads=2 ** 40) == n
+        assert numpy.fromfile(out, dtype=want_dtype.newbyteorder("<")).tolist() == expected
 
 
 def test_encode_file_errors(tmp_path):

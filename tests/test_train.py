@@ -357,6 +357,20 @@ def test_c_count_file_reports_errno(tmp_path):
         lib.bpe_trainer_free(t[0])
 
 
+def test_option_values_past_c_fields_mean_the_same(tmp_path):
+    """Ints too big for the C config's fields are taken as what they mean (no count reaches
+    the minimum; no length or alphabet limit; C's most threads), not an OverflowError."""
+    p = tmp_path / "t.txt"
+    p.write_text("hello world hello there " * 20)
+    full = train_bpe(p, 280)
+    assert train_bpe(p, 280, min_frequency=2 ** 64)[1] == []
+    assert train_bpe(p, 280, num_threads=2 ** 40) == full
+    assert train_bpe(p, 280, max_token_length=10 ** 30) == full
+    chars = train_bpe(p, 40, byte_level=False)
+    assert train_bpe(p, 40, byte_level=False, limit_alphabet=10 ** 30,
+                     max_token_length=10 ** 30) == chars
+
+
 def test_bad_arguments(tmp_path):
     p = tmp_path / "t.txt"
     p.write_text("hello world")
