@@ -96,6 +96,17 @@ def _split_ids_py(ptr, ends_ptr, n_texts) -> list:
 _MAX_THREADS = 256     # the C core uses at most this many threads (bpe_thread_count)
 
 
+def _special_hint(b: bytes, special_tokens) -> str:
+    """The end of the message for two vocab ids with the bytes b, when b is a special token
+    (a special token in a vocab dict is found by its bytes, so they must be unique)."""
+    try:
+        named = any((s.encode("utf-8") if isinstance(s, str) else bytes(s)) == b
+                    for s in special_tokens or ())
+    except (TypeError, ValueError):
+        return ""
+    return " (a special token: it must not also be an ordinary token)" if named else ""
+
+
 def _c_threads(num_threads) -> int:
     """num_threads as the C calls take it: 0 for one per core (None or 0), else at most
     _MAX_THREADS (what C would use anyway; a larger int does not fit its int)."""
@@ -339,7 +350,8 @@ class Tokenizer:
             if not b:
                 raise ValueError(f"vocab: token {i} is empty")
             if b in seen:
-                raise ValueError(f"vocab: tokens {seen[b]} and {i} have the same bytes {b!r}")
+                raise ValueError(f"vocab: tokens {seen[b]} and {i} have the same bytes {b!r}"
+                                 + _special_hint(b, special_tokens))
             seen[b] = int(i)
             clean[int(i)] = b
         if merges is None:

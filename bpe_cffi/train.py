@@ -127,6 +127,20 @@ def _check_specials(special_tokens) -> list:
     return specials
 
 
+def _refuse_specials_in_alphabet(specials, opts) -> None:
+    """ValueError for a special token that is also an initial token (a single byte in
+    byte-level training, an initial_alphabet character in character-level training): the
+    vocabulary would hold the same bytes under two ids, which no tokenizer can be built from."""
+    for s in specials:
+        if opts.byte_level and len(s.encode("utf-8")) == 1:
+            raise ValueError(f"special token {s!r} is a single byte, which byte-level training "
+                             f"always has as an ordinary token: the vocabulary would hold it "
+                             f"twice (use a longer special token)")
+        if not opts.byte_level and s in opts.initial_alphabet:
+            raise ValueError(f"special token {s!r} is also in initial_alphabet: the vocabulary "
+                             f"would hold it twice")
+
+
 def _check_int(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
@@ -364,6 +378,7 @@ def _train(input_path, vocab_size, special_tokens=None, *, pattern="gpt2", num_t
     issue-#6 options of train_bpe."""
     specials = _check_specials(special_tokens)
     opts = _Options(**options)
+    _refuse_specials_in_alphabet(specials, opts)
     _check_int("vocab_size", vocab_size, 0)
     if opts.byte_level and vocab_size < 256 + len(specials):
         raise ValueError(f"vocab_size must be at least 256 + {len(specials)} special tokens "

@@ -371,6 +371,27 @@ def test_option_values_past_c_fields_mean_the_same(tmp_path):
                      max_token_length=10 ** 30) == chars
 
 
+def test_special_token_that_is_an_initial_token_is_refused_before_training(tmp_path):
+    """A one-byte special token (byte-level), or one in initial_alphabet (character-level),
+    would be in the vocabulary twice, and no Tokenizer can be built from that: refused at
+    once, not after the training."""
+    from bpe_cffi import Tokenizer
+    p = tmp_path / "t.txt"
+    p.write_text("ab ab x ab\nab cd\n" * 10)
+    for special in ("\n", " ", "a"):
+        with pytest.raises(ValueError, match="single byte"):
+            train_bpe(p, 300, [special])
+        with pytest.raises(ValueError, match="single byte"):
+            Tokenizer.train(p, 300, [special])
+    with pytest.raises(ValueError, match="initial_alphabet"):
+        train_bpe(p, 20, ["x"], byte_level=False, initial_alphabet="xy")
+    vocab, merges = train_bpe(p, 300, ["é", "ab\n"])       # longer ones are fine
+    assert len(set(vocab.values())) == len(vocab)
+    Tokenizer(vocab, merges, ["é", "ab\n"])
+    with pytest.raises(ValueError, match="special token"):
+        Tokenizer({0: b"a", 1: b"\n", 2: b"\n"}, [], ["\n"])
+
+
 def test_bad_arguments(tmp_path):
     p = tmp_path / "t.txt"
     p.write_text("hello world")
