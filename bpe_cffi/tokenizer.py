@@ -1076,6 +1076,11 @@ class Tokenizer:
             data = self._normalize_split(data, out, at)
             if data is None:
                 return
+        self._encode_split(data, self._regex_piece_ends(data), out)
+
+    def _regex_piece_ends(self, data: bytes) -> list:
+        """The byte offsets where the pieces of data end, as the custom regex splits it (text
+        it does not match is a piece of its own)."""
         text = data.decode("utf-8")
         ends = []
         pos = 0
@@ -1097,7 +1102,7 @@ class Tokenizer:
                 last_c = e
                 byte_ends.append(last_b)
             ends = byte_ends
-        self._encode_split(data, ends, out)
+        return ends
 
     def _encode_split(self, data: bytes, ends: list, out: list) -> None:
         """BPE of the pieces data[ends[k-1]:ends[k]] in C; extend out."""
@@ -1156,41 +1161,53 @@ class Tokenizer:
         return out
 
     def _iter_py(self, iterable):
-        """encode_iterable for a custom regex: keeps the last two pieces (and any possible
-        start of a special token) as the tail carried into the next chunk.  Exact for
-        patterns whose pieces depend on at most the next piece, which covers the usual
-        GPT-style patterns."""
-        max_special = max((len(s.encode("utf-8")) for s in self._special), default=0)
+        """encode_iterable for a custom regex: of the text so far (the tail carried over plus
+        the next chunk) only the part that text appended later cannot change is encoded
+        (_encode_py_final); the rest is the tail carried into the next chunk."""
         tail = b""
         for chunk in iterable:
             data = tail + _utf8(chunk)
-            cut = self._py_safe_cut(data, max_special)
-            if cut:
-                yield from self._encode_py(data[:cut], self._all_mode)
-            tail = data[cut:]
+            out = []
+            done = self._encode_py_final(data, out)
+            yield from out
+            tail = data[done:]
         yield from self._encode_py(tail, self._all_mode)
 
-    def _py_safe_cut(self, data: bytes, max_special: int) -> int:
-        text = data.decode("utf-8")
-        starts = [m.start() for m in self._py_split.finditer(text)]
-        if len(starts) < 3:
-            return 0
-        cut_c = starts[-2]
-        cut = len(text[:cut_c].encode("utf-8"))
+    def _encode_py_final(self, data: bytes, out: list) -> int:
+        """Encodes into out (every special token allowed) the start of data that text appended
+        to it cannot change, and returns its length in bytes.  That is everything before the
+        last special token that a longer one cannot replace, and then every piece of the
+        stretch after it but the last two, as the regex splits the whole stretch (not the
+        stretch cut short, whose end would look like the end of the text to the regex), and
+        nothing of a possible start of a special token.  Exact for patterns whose pieces depend
+        on at most the next piece, which covers the usual GPT-style patterns."""
+        pos = 0
+        if self._special:
+            limit = len(data) - self._special_prefix_at_end(data)
+            for m in self._special_regex(self._special).finditer(data):
+                if m.start() >= limit:          # a longer special token may still start here
+                    break
+                self._pieces(data[pos:m.start()], out, pos)
+                out.append(self._special[m.group().decode("utf-8")])
+                pos = m.end()
+        stretch = data[pos:len(data) - self._special_prefix_at_end(data[pos:])]
+        ends = self._regex_piece_ends(stretch) if stretch else []
+        if len(ends) < 3:
+            return pos
+        self._encode_split(stretch, ends[:-2], out)
+        return pos + ends[-3]
+
+    def _special_prefix_at_end(self, data: bytes) -> int:
+        """The length of the longest end of data that is the start (not the whole) of a
+        special token."""
+        longest = 0
         for s in self._special:
             b = s.encode("utf-8")
-            # not inside (or across) a whole special token near the cut ...
-            j = data.find(b, max(0, cut - len(b) + 1))
-            while j != -1 and j < cut:
-                if j + len(b) > cut:
-                    cut = j
-                j = data.find(b, j + 1)
-            # ... nor after the start of one that the next chunk may complete
-            for k in range(min(len(b) - 1, len(data)), 0, -1):
+            for k in range(min(len(b) - 1, len(data)), longest, -1):
                 if data.endswith(b[:k]):
-                    cut = min(cut, len(data) - k)
+                    longest = k
                     break
-        return cut
+        return longest
 
     def _encode_file_py(self, in_path, out_path, width) -> int:
         import array

@@ -83,6 +83,32 @@ def test_custom_regex_iterable():
     assert list(tok.encode_iterable(iter(whole))) == tok.encode(whole)
 
 
+def test_custom_regex_with_lookahead_gives_tiktoken_ids_whatever_the_chunking(tmp_path):
+    """GPT-2's pattern given as a regex string (so split by Python's regex, not the C
+    scanner): its \\s+(?!\\S) looks at the character after a run of spaces, which a chunk
+    boundary hides.  Every cut of TRICKY, line-by-line chunks, and encode_file (which reads
+    the file line by line) give tiktoken's ids."""
+    from conftest import vocab_path
+    from bpe_cffi.patterns import GPT2
+    enc = reference("gpt2")
+    tok = Tokenizer.from_files(vocab_path("gpt2_vocab.json"), vocab_path("gpt2_merges.txt"),
+                               ["<|endoftext|>"], pattern="(?:" + GPT2 + ")")
+    assert tok._cpattern == 0                   # the Python-split path
+    for text in (TRICKY, "x\n\n!\n" * 3, "a  \n\n  (b)\n\n\n# c\n"):
+        want = enc.encode(text, allowed_special="all")
+        assert list(tok.encode_iterable(text.splitlines(keepends=True))) == want
+        for cut in range(1, len(text)):
+            assert list(tok.encode_iterable(chunked(text, [cut]))) == want, cut
+    text = corpus_slice("code", 60_000) + "<|endoftext|>" + TRICKY
+    want = enc.encode(text, allowed_special="all")
+    assert list(tok.encode_iterable(text.splitlines(keepends=True))) == want
+    src, out = tmp_path / "in.txt", tmp_path / "out.bin"
+    src.write_text(text, encoding="utf-8", newline="")
+    assert tok.encode_file(src, out, progress=False) == len(want)
+    raw = out.read_bytes()
+    assert [int.from_bytes(raw[k:k + 2], "little") for k in range(0, len(raw), 2)] == want
+
+
 def test_iterable_rejects_non_str():
     tok = ours("gpt2")
     with pytest.raises(TypeError):
