@@ -44,15 +44,33 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def refuse_tokenizer_as_output(args) -> None:
+    """ValueError when -o names the tokenizer file (or --merges): the ids would replace it."""
+    from . import formats
+    for flag, path in (("--tokenizer", args.tokenizer), ("--merges", args.merges)):
+        try:
+            st = os.stat(path) if path else None
+        except OSError:
+            continue                     # load() names a missing file
+        if st is not None and formats.same_file(args.output, st):
+            raise ValueError(f"-o {args.output} is the {flag} file: refusing to replace it "
+                             f"with ids")
+
+
 def run(args) -> int:
     from .tokenizer import load
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be at least 1, not {args.threads}")
-    if not os.path.isfile(args.input):
+    if not os.path.exists(args.input):
         raise FileNotFoundError(2, "input file not found", args.input)
+    if os.path.isdir(args.input):
+        raise IsADirectoryError(21, "the input is a directory", args.input)
+    if args.output == "" or os.path.isdir(args.output):
+        raise IsADirectoryError(21, "the output is a directory", args.output)
     out_dir = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(out_dir):
         raise FileNotFoundError(2, "output directory does not exist", out_dir)
+    refuse_tokenizer_as_output(args)
     kw = {}
     if args.pattern:
         kw["pattern"] = args.pattern

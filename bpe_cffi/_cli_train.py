@@ -117,11 +117,41 @@ def write_char_level(fmt, out, vocab, merges, special_tokens, pattern, options) 
     return [out]
 
 
-def run(args) -> int:
-    from .train import _train
-    out_dir = os.path.dirname(os.path.abspath(args.output))
+def output_paths(fmt: str, out: str) -> list:
+    """The files --format fmt -o out writes."""
+    if fmt == "gpt2":
+        return [out, os.path.join(os.path.dirname(os.path.abspath(out)), "merges.txt")]
+    return [out]
+
+
+def check_outputs(fmt: str, out: str, inputs) -> None:
+    """Before the training: an error for outputs that cannot be written or would replace
+    an input (or each other)."""
+    from . import formats
+    paths = output_paths(fmt, out)
+    if out == "" or os.path.isdir(out):
+        raise IsADirectoryError(21, "the output is a directory", out)
+    out_dir = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(out_dir):
         raise FileNotFoundError(2, "output directory does not exist", out_dir)
+    if len(paths) == 2 and (os.path.basename(out) == "merges.txt" or
+                            os.path.abspath(out) == os.path.abspath(paths[1])):
+        raise ValueError(f"--format gpt2 writes merges.txt beside the vocabulary: -o {out} "
+                         f"would be overwritten by it (name the vocabulary vocab.json)")
+    for p in inputs:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue                     # the trainer names a missing input
+        for q in paths:
+            if formats.same_file(q, st):
+                raise ValueError(f"output {q!r} is the input file {p!r}: refusing to replace "
+                                 f"the text with the vocabulary")
+
+
+def run(args) -> int:
+    from .train import _train
+    check_outputs(args.format, args.output, args.files)
     char_level = None
     options = {"max_token_length": args.max_token_length}
     if args.char_level:

@@ -2,6 +2,7 @@
 `add_parser(subparsers)`; the parser it adds sets `func` to the function that runs it."""
 import argparse
 import importlib
+import signal
 import sys
 
 from . import __version__
@@ -31,14 +32,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's or a timeout's stop), taken like Ctrl-C: the C job is
+    cancelled and nothing partial is left; the exit code is 143, as for a process killed by
+    SIGTERM."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    if args.command in ("encode", "train"):     # serve handles SIGTERM itself (a drain)
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         return int(args.func(args) or 0)
+    except Terminated:
+        print("bpe-cffi: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("bpe-cffi: interrupted", file=sys.stderr)
         return 130

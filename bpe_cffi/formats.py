@@ -20,7 +20,9 @@ import base64
 import binascii
 import contextlib
 import json
+import errno
 import os
+import stat
 import tempfile
 from functools import lru_cache
 
@@ -480,29 +482,73 @@ def read_hf(path, doc=None, text=None) -> dict:
 # ---- writing files safely -------------------------------------------------------------
 
 @contextlib.contextmanager
-def atomic_output(path):
-    """A binary file to write `path` through: a temporary file in the same directory, given
-    the usual permissions (mkstemp makes 0600), fsynced and renamed over `path` when the block
-    ends normally, removed when it raises.  A reader sees the old file or the whole new one."""
+def atomic_output(path, *, fsync: bool = True):
+    """A binary file to write `path` through.
+
+    Where `path` is a regular file, or nothing yet: a temporary file in the same directory,
+    renamed over it when the block ends normally (fsynced first when `fsync`), removed when
+    the block raises, so a reader sees the old file or the whole new one.  A symlink is
+    followed: the file it points to is replaced and the link kept, as a shell's `>` would.
+    The new file takes the permissions of the one it replaces (a new one: 0666 less the
+    umask), as mkstemp's 0600 would not.
+    Where `path` is something else that exists (a pipe, a device such as /dev/null or a
+    terminal): it is opened and written in place, as it goes; there is nothing to undo if
+    the block raises.  A directory is refused (IsADirectoryError)."""
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
+    if path == "":
+        raise FileNotFoundError(errno.ENOENT, "empty output path", path)
     try:
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        st = None                        # nothing there yet (or a dangling symlink)
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "the output is a directory", path)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with open(path, "wb") as f:
+            yield f
+        return
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    directory = os.path.dirname(os.path.abspath(target))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(target), dir=directory)
+    try:
+        os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+            if fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, target)
     except BaseException:
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise
-    _fsync_directory(directory)
+    if fsync:
+        _fsync_directory(directory)
+
+
+def same_file(path, st) -> bool:
+    """True when `path` (through symlinks) is the file whose os.stat is st."""
+    try:
+        return os.path.samestat(os.stat(path), st)
+    except (OSError, ValueError):
+        return False
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where the system tells it (Linux); else
+    set and put back at once."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _fsync_directory(directory) -> None:

@@ -136,13 +136,9 @@ class _GCPaused:
 
 
 def _refuse_same_file(f, in_path, out_path) -> None:
-    """ValueError when out_path names the input file (open as f): the output, written to a
-    temporary file and renamed over out_path, would replace the text with its ids."""
-    try:
-        same = os.path.samestat(os.fstat(f.fileno()), os.lstat(out_path))
-    except OSError:
-        return                                  # no such output yet: nothing to replace
-    if same:
+    """ValueError when out_path names (through symlinks) the input file, open as f: the ids
+    written there would replace the text."""
+    if formats.same_file(out_path, os.fstat(f.fileno())):
         raise ValueError(f"output_path {out_path!r} is the input file {in_path!r}: refusing to "
                          f"replace the text with its ids")
 
@@ -1005,22 +1001,27 @@ class Tokenizer:
         info = ffi.new("size_t *")
         ptr = self._handle()
         mode = self._all_mode
-        c_in, c_out = os.fsencode(in_path), os.fsencode(out_path)
 
-        def call():
-            rc = lib.bpe_encode_file(ptr, c_in, c_out, width, mode, num_threads, prog,
-                                     n_tokens, info)
-            return rc, ffi.errno
-
+        c_in = os.fsencode(in_path)
         bars = None
         if progress:
             bars = {lib.BPE_PHASE_READ: Bar(f"encode {os.path.basename(in_path)}", "B")}
-        rc, err = run_cancellable(call, prog, bars)
-        if rc == lib.BPE_ERR_IO:
-            raise OSError(err, f"encoding {in_path} into {out_path}: {_strerror(rc)}"
-                               + (f" ({os.strerror(err)})" if err else ""))
-        if rc:
-            self._raise_encode(rc, info[0], f"encoding {in_path}")
+        # the output policy (a temporary file renamed over out_path, or a pipe or device
+        # written in place) is atomic_output's; C writes to its descriptor
+        with formats.atomic_output(out_path, fsync=False) as out:
+            out_fd = out.fileno()
+
+            def call():
+                rc = lib.bpe_encode_file(ptr, c_in, out_fd, width, mode, num_threads, prog,
+                                         n_tokens, info)
+                return rc, ffi.errno
+
+            rc, err = run_cancellable(call, prog, bars)
+            if rc == lib.BPE_ERR_IO:
+                raise OSError(err, f"encoding {in_path} into {out_path}: {_strerror(rc)}"
+                                   + (f" ({os.strerror(err)})" if err else ""))
+            if rc:
+                self._raise_encode(rc, info[0], f"encoding {in_path}")
         return int(n_tokens[0])
 
     def _id_width(self, dtype) -> int:
@@ -1214,7 +1215,7 @@ class Tokenizer:
         typecode = "H" if width == 2 else "I"
         n = 0
         with open(in_path, "r", encoding="utf-8", errors="replace", newline="") as fin, \
-                formats.atomic_output(out_path) as fout:
+                formats.atomic_output(out_path, fsync=False) as fout:
             buf = array.array(typecode)
             for i in self.encode_iterable(fin):
                 buf.append(i)

@@ -411,7 +411,7 @@ def _train(input_path, vocab_size, special_tokens=None, *, pattern="gpt2", num_t
 
         def count_files():
             for p in paths:
-                rc = lib.bpe_trainer_count_file(trainer, p.encode(), prog)
+                rc = lib.bpe_trainer_count_file(trainer, os.fsencode(p), prog)
                 if rc != lib.BPE_OK:
                     return rc, ffi.errno, p
             return lib.BPE_OK, 0, None

@@ -226,14 +226,15 @@ int bpe_batch_next(bpe_batch_job *job, size_t *first, size_t *count, const uint3
                    const size_t **id_ends, size_t *info);
 void bpe_batch_finish(bpe_batch_job *job);
 
-/* Encodes the file in_path into out_path as a flat array of little-endian token ids of
- * id_width bytes (2 or 4), in parallel chunks cut where cutting cannot change the ids.
- * Bytes that are not UTF-8 are replaced by U+FFFD as Python's errors="replace" does.
- * progress may be NULL.  On success *n_tokens is the number of ids written.  On error the
- * output file is removed. */
-int bpe_encode_file(const bpe_tokenizer *tok, const char *in_path, const char *out_path,
-                    int id_width, const uint8_t *special_mode, int n_threads,
-                    bpe_progress *progress, uint64_t *n_tokens, size_t *info);
+/* Encodes the file in_path into the open file descriptor out_fd (written from its current
+ * position, never closed here) as a flat array of little-endian token ids of id_width bytes
+ * (2 or 4), in parallel chunks cut where cutting cannot change the ids.  Bytes that are not
+ * UTF-8 are replaced by U+FFFD as Python's errors="replace" does.  progress may be NULL.  On
+ * success *n_tokens is the number of ids written.  On error what was written stays: the
+ * caller decides what becomes of the output (BPE_ERR_IO leaves errno set). */
+int bpe_encode_file(const bpe_tokenizer *tok, const char *in_path, int out_fd, int id_width,
+                    const uint8_t *special_mode, int n_threads, bpe_progress *progress,
+                    uint64_t *n_tokens, size_t *info);
 
 /* Appends the bytes of ids to *out.  On BPE_ERR_ID, *bad_index is the index of the id. */
 int bpe_decode(const bpe_tokenizer *tok, const uint32_t *ids, size_t n, bpe_bytes *out,

@@ -16,10 +16,12 @@
  * chunk_size).  Only a text with no stable cut for a long stretch (megabytes of one
  * piece) grows a chunk, until a cut appears.
  *
- * Output goes to a temporary file beside out_path (mkstemp), renamed over out_path only after
- * everything succeeded; on any error the temporary file is removed and errno is kept for the
- * caller.  progress->done counts input bytes whose ids are written; progress->cancel is read
- * between rounds and every few thousand pieces inside the encoder (well under 0.1 s).
+ * The ids are written to a file descriptor the caller opened (and closes): which file that
+ * is, a temporary one renamed over the destination on success or a pipe or device written
+ * as it goes, is the caller's policy (bpe_cffi/formats.py, atomic_output).  On an I/O error
+ * errno is kept for the caller.  progress->done counts input bytes whose ids are written;
+ * progress->cancel is read between rounds and every few thousand pieces inside the encoder
+ * (well under 0.1 s).
  *
  * BPE_CFFI_FILE_CHUNK (environment, bytes, >= 64) overrides the chunk size; tests use it to
  * force many chunks on small files.
@@ -214,8 +216,7 @@ typedef struct file_call {
     int n_jobs;                 /* chunks per round */
     int n_threads;
     bpe_bytes wbuf;
-    int out_fd;
-    char *tmp;
+    int out_fd;                 /* the caller's */
 } file_call;
 
 static void set_progress(bpe_progress *pg, const reader *r, uint64_t total)
@@ -260,38 +261,18 @@ static int do_round(file_call *fc, const bpe_tokenizer *tok, const uint8_t *mode
     return BPE_OK;
 }
 
-static int open_files(file_call *fc, const char *in_path, const char *out_path, uint64_t *size)
+static int open_input(file_call *fc, const char *in_path, uint64_t *size)
 {
     struct stat st;
-    size_t n = strlen(out_path) + 16;
     if ((fc->r.fd = open(in_path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fc->r.fd, &st) != 0)
         return BPE_ERR_IO;
     *size = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
-    if ((fc->tmp = malloc(n)) == NULL)
-        return BPE_ERR_NOMEM;
-    snprintf(fc->tmp, n, "%s.tmpXXXXXX", out_path);
-    if ((fc->out_fd = mkstemp(fc->tmp)) < 0) {
-        free(fc->tmp);
-        fc->tmp = NULL;
-        return BPE_ERR_IO;
-    }
-    fchmod(fc->out_fd, 0644);
     return BPE_OK;
 }
 
-static int finish(file_call *fc, const char *out_path, int rc)
+static int finish(file_call *fc, int rc)
 {
     int err = errno, i;
-    if (fc->out_fd >= 0 && close(fc->out_fd) != 0 && rc == BPE_OK) {
-        rc = BPE_ERR_IO;
-        err = errno;
-    }
-    if (rc == BPE_OK && rename(fc->tmp, out_path) != 0) {
-        rc = BPE_ERR_IO;
-        err = errno;
-    }
-    if (rc != BPE_OK && fc->tmp != NULL)
-        unlink(fc->tmp);
     if (fc->r.fd >= 0)
         close(fc->r.fd);
     for (i = 0; fc->jobs != NULL && i < fc->n_jobs; i++) {
@@ -299,7 +280,6 @@ static int finish(file_call *fc, const char *out_path, int rc)
         bpe_ids_free(&fc->jobs[i].ids);
     }
     free(fc->jobs);
-    free(fc->tmp);
     bpe_bytes_free(&fc->r.raw);
     bpe_bytes_free(&fc->r.text);
     bpe_bytes_free(&fc->wbuf);
@@ -307,36 +287,36 @@ static int finish(file_call *fc, const char *out_path, int rc)
     return rc;
 }
 
-int bpe_encode_file(const bpe_tokenizer *tok, const char *in_path, const char *out_path,
-                    int id_width, const uint8_t *special_mode, int n_threads,
+int bpe_encode_file(const bpe_tokenizer *tok, const char *in_path, int out_fd, int id_width, const uint8_t *special_mode, int n_threads,
                     bpe_progress *progress, uint64_t *n_tokens, size_t *info)
 {
     file_call fc;
     uint64_t size = 0, count = 0;
     const int *cancel = progress ? &progress->cancel : NULL;
     int rc, more = 1;
-    if (tok == NULL || in_path == NULL || out_path == NULL ||
+    if (tok == NULL || in_path == NULL || out_fd < 0 ||
         (id_width != 2 && id_width != 4) || tok->pattern == BPE_PATTERN_EXTERNAL ||
         (id_width == 2 && tok->id_limit > 65536))
         return BPE_ERR_ARG;
     if ((rc = bpe_check_mode(tok, special_mode)) != BPE_OK)
         return rc;
     memset(&fc, 0, sizeof fc);
-    fc.r.fd = fc.out_fd = -1;
+    fc.r.fd = -1;
+    fc.out_fd = out_fd;
     fc.r.tok = tok;
     fc.r.mode = special_mode;
     fc.n_threads = bpe_thread_count(n_threads, SIZE_MAX);
     fc.n_jobs = fc.n_threads * JOBS_PER_THREAD;
     fc.r.chunk = chunk_size(fc.n_threads);
-    if ((rc = open_files(&fc, in_path, out_path, &size)) != BPE_OK)
-        return finish(&fc, out_path, rc);
+    if ((rc = open_input(&fc, in_path, &size)) != BPE_OK)
+        return finish(&fc, rc);
     if (progress) {
         progress->phase = BPE_PHASE_READ;
         __atomic_store_n(&progress->total, size, __ATOMIC_RELAXED);
         __atomic_store_n(&progress->done, 0, __ATOMIC_RELAXED);
     }
     if ((fc.jobs = calloc((size_t)fc.n_jobs, sizeof *fc.jobs)) == NULL)
-        return finish(&fc, out_path, BPE_ERR_NOMEM);
+        return finish(&fc, BPE_ERR_NOMEM);
     while (rc == BPE_OK && more) {
         if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED))
             rc = BPE_ERR_CANCELLED;
@@ -348,5 +328,5 @@ int bpe_encode_file(const bpe_tokenizer *tok, const char *in_path, const char *o
         *n_tokens = count;
     if (rc == BPE_OK && progress)
         __atomic_store_n(&progress->done, size, __ATOMIC_RELAXED);
-    return finish(&fc, out_path, rc);
+    return finish(&fc, rc);
 }

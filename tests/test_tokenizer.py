@@ -297,10 +297,11 @@ def test_encode_file_errors(tmp_path):
         tok.encode_file(src, tmp_path / "no" / "such" / "dir.bin", progress=False)
 
 
-@pytest.mark.parametrize("how", ["same path", "another spelling", "hard link", "via symlink"])
+@pytest.mark.parametrize("how", ["same path", "another spelling", "hard link", "via symlink",
+                                 "output a symlink to it"])
 def test_encode_file_refuses_to_replace_its_input(tmp_path, how):
-    """The output is renamed over output_path: when that names the input file, the text
-    would be lost.  A symlink as output_path is replaced itself, the text kept."""
+    """output_path is replaced by the ids (through a symlink, the file it points to): when
+    that is the input file, the text would be lost."""
     import os
     tok = ours("gpt2")
     src = tmp_path / "in.txt"
@@ -312,24 +313,70 @@ def test_encode_file_refuses_to_replace_its_input(tmp_path, how):
     elif how == "hard link":
         out = tmp_path / "link.txt"
         os.link(src, out)
-    else:                                      # input named through a symlink to out
+    elif how == "via symlink":                 # input named through a symlink to out
         out = src
         src = tmp_path / "alias.txt"
         src.symlink_to(out)
+    else:
+        out = tmp_path / "out.bin"
+        out.symlink_to(src)
     with pytest.raises(ValueError, match="is the input file"):
         tok.encode_file(src, out, progress=False)
     assert (tmp_path / "in.txt").read_text() == "hello world"
 
 
-def test_encode_file_over_a_symlink_to_its_input_keeps_the_text(tmp_path):
-    tok = ours("gpt2")
+@pytest.mark.parametrize("python_split", [False, True], ids=["C", "regex"])
+def test_encode_file_output_through_links_pipes_and_devices(tmp_path, python_split):
+    """Where output_path is a symlink, the file it points to gets the ids (the link stays);
+    a pipe or a device (/dev/null) is written in place, not replaced by a regular file; a
+    replaced file keeps its permissions, and a new one follows the umask."""
+    import os
+    import stat
+    import threading
+    from conftest import vocab_path
+    from bpe_cffi import Tokenizer
+    from bpe_cffi.patterns import GPT2
+    tok = ours("gpt2") if not python_split else Tokenizer.from_files(
+        vocab_path("gpt2_vocab.json"), vocab_path("gpt2_merges.txt"), pattern="(?:" + GPT2 + ")")
+    text = "hello world, hello pipes\n" * 50
+    want = b"".join(i.to_bytes(2, "little") for i in tok.encode(text))
     src = tmp_path / "in.txt"
-    src.write_text("hello world")
-    link = tmp_path / "out.bin"
-    link.symlink_to(src)
-    n = tok.encode_file(src, link, progress=False)
-    assert n == len(tok.encode("hello world")) and not link.is_symlink()
-    assert src.read_text() == "hello world"
+    src.write_text(text)
+    real = tmp_path / "data" / "real.bin"
+    real.parent.mkdir()
+    real.write_bytes(b"old")
+    real.chmod(0o640)
+    link = tmp_path / "link.bin"
+    link.symlink_to(real)
+    assert tok.encode_file(src, link, progress=False) * 2 == len(want)
+    assert link.is_symlink() and real.read_bytes() == want
+    assert stat.S_IMODE(real.stat().st_mode) == 0o640
+    assert sorted(os.listdir(real.parent)) == ["real.bin"]
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    tok.encode_file(src, fifo, progress=False)
+    reader.join(30)
+    assert got == [want] and stat.S_ISFIFO(fifo.stat().st_mode)
+
+    null = tmp_path / "null"                   # a device of our own, as /dev/null is
+    try:
+        os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except (PermissionError, AttributeError):
+        null = None                            # not root: no device node to test with
+    if null is not None:
+        assert tok.encode_file(src, null, progress=False) * 2 == len(want)
+        assert stat.S_ISCHR(null.stat().st_mode) and null.stat().st_rdev == os.makedev(1, 3)
+
+    old = os.umask(0o077)
+    try:
+        tok.encode_file(src, tmp_path / "new.bin", progress=False)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "new.bin").stat().st_mode) == 0o600
 
 
 def test_encode_file_invalid_utf8(tmp_path):
@@ -526,6 +573,43 @@ def test_cli_encode(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["encode", "--help"])
     assert "numpy.fromfile" in capsys.readouterr().out
+
+
+def test_cli_encode_sigterm_leaves_nothing(tmp_path):
+    """SIGTERM (a scheduler stopping the job) during `bpe-cffi encode` is taken like Ctrl-C:
+    exit code 143 soon after, the existing output kept as it was, no temporary file."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from conftest import vocab_path
+    from pyapi_helpers import corpus_slice
+    import bpe_cffi
+    src = tmp_path / "big.txt"
+    chunk = corpus_slice("web", 400_000)
+    with open(src, "w", encoding="utf-8") as f:
+        for _ in range(500):                   # ~200 MB: seconds of work even on a fast machine
+            f.write(chunk)
+    out = tmp_path / "big.bin"
+    out.write_bytes(b"previous")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(bpe_cffi.__file__)))
+    p = subprocess.Popen([sys.executable, "-m", "bpe_cffi", "encode", "--tokenizer",
+                          str(vocab_path("cl100k_base.tiktoken")), str(src), "-o", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60           # until the encoding has begun
+    while not any(n.startswith(".tmp-") for n in os.listdir(tmp_path)):
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        time.sleep(0.01)
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err[-2000:]
+    assert time.monotonic() - t0 < 5
+    assert "terminated" in err and "Traceback" not in err
+    assert sorted(os.listdir(tmp_path)) == ["big.bin", "big.txt"]
+    assert out.read_bytes() == b"previous"
 
 
 def test_pickle_and_custom_pattern_encode_file(tmp_path):

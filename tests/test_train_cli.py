@@ -63,6 +63,37 @@ def test_cli_errors(tmp_path):
     assert r.returncode == 2          # argparse: --vocab-size is required
 
 
+def test_outputs_that_would_replace_an_input_are_refused_before_training(tmp_path):
+    """-o naming an input (or, with --format gpt2, merges.txt beside it naming one), or the
+    vocabulary named merges.txt, would lose a file: refused at once, every file kept."""
+    a, b = tmp_path / "a.txt", tmp_path / "merges.txt"
+    a.write_text("hello world " * 50)
+    b.write_text("more text " * 50)
+    link = tmp_path / "link.json"
+    link.symlink_to(a)
+    for args in ((a, "-o", a), (a, b, "-o", b), (a, "-o", link),
+                 (a, b, "--format", "gpt2", "-o", tmp_path / "vocab.json"),
+                 (a, "--format", "gpt2", "-o", tmp_path / "out" / "merges.txt"),
+                 (a, "-o", tmp_path)):
+        (tmp_path / "out").mkdir(exist_ok=True)
+        r = cli(*args, "--vocab-size", 300, "-q")
+        assert r.returncode == 1, (args, r.stderr)
+        assert "Traceback" not in r.stderr and "error" in r.stderr
+        assert a.read_text() == "hello world " * 50 and b.read_text() == "more text " * 50
+    assert sorted(os.listdir(tmp_path)) == ["a.txt", "link.json", "merges.txt", "out"]
+    assert os.listdir(tmp_path / "out") == []
+
+
+def test_input_with_a_non_utf8_name(tmp_path):
+    """File names are bytes on POSIX: one that is not UTF-8 is read like any other."""
+    name = os.fsdecode(b"corpus-\xff.txt")
+    (tmp_path / name).write_text("hello world " * 50)
+    r = cli(tmp_path / name, "--vocab-size", 260, "-q", "-o", tmp_path / "o.json")
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "plain.txt").write_text("hello world " * 50)
+    assert train_bpe(tmp_path / name, 260) == train_bpe(tmp_path / "plain.txt", 260)
+
+
 def test_tiktoken_format_loads_in_tiktoken(tmp_path, corpus):
     tiktoken = pytest.importorskip("tiktoken")
     out = tmp_path / "t.tiktoken"
