@@ -147,13 +147,35 @@ def _utf8(text) -> bytes:
     """UTF-8 of a str; lone surrogates become U+FFFD, as tiktoken does."""
     if type(text) is not str:
         if isinstance(text, str):
-            text = str(text)
+            text = str.__str__(text)    # its characters, whatever its own __str__ says
         else:
             raise TypeError(f"text must be a str, not {type(text).__name__}")
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+
+
+def _pairs_kept_whole(iterable):
+    """The items of iterable, a high surrogate that ends a str moved to the start of the next
+    one: a surrogate pair cut between two chunks is then one character, as in the joined
+    text (each half alone would be U+FFFD)."""
+    held = ""
+    for chunk in iterable:
+        if not isinstance(chunk, str):          # _utf8 will refuse it
+            if held:
+                yield held
+                held = ""
+            yield chunk
+            continue
+        if held:
+            chunk, held = held + chunk, ""
+        if chunk and "\ud800" <= chunk[-1] <= "\udbff":
+            chunk, held = chunk[:-1], chunk[-1]
+        if chunk:
+            yield chunk
+    if held:
+        yield held
 
 
 # From this many characters on, a non-ASCII str's UTF-8 is written by the helper extension
@@ -753,8 +775,8 @@ class Tokenizer:
                    else self._names(allowed_special, "allowed_special"))
         if disallowed_special == "all":
             disallowed = frozenset(self._special) - allowed
-        else:
-            disallowed = self._names(disallowed_special, "disallowed_special") - allowed
+        else:           # named ones are disallowed even when also allowed, as in tiktoken
+            disallowed = self._names(disallowed_special, "disallowed_special")
         return allowed, disallowed
 
     def _mode_for(self, allowed_special, disallowed_special):
@@ -771,8 +793,8 @@ class Tokenizer:
         if not allowed and not disallowed:
             mode = ffi.NULL
         else:
-            values = [lib.BPE_SPECIAL_ALLOWED if s in allowed else
-                      lib.BPE_SPECIAL_DISALLOWED if s in disallowed else lib.BPE_SPECIAL_TEXT
+            values = [lib.BPE_SPECIAL_DISALLOWED if s in disallowed else
+                      lib.BPE_SPECIAL_ALLOWED if s in allowed else lib.BPE_SPECIAL_TEXT
                       for s in self._special_names]
             mode = ffi.new("uint8_t[]", values)
         with self._modes_lock:
@@ -802,8 +824,9 @@ class Tokenizer:
     def encode(self, text, *, allowed_special="all", disallowed_special=()) -> list:
         """Token ids of `text`.  Every special token in allowed_special ("all" or a set) is
         emitted as its id (the longest where two start at the same place); one in
-        disallowed_special ("all": every special token not allowed) raises ValueError; any
-        other is encoded as text."""
+        disallowed_special ("all": every special token not allowed; a set: those, also where
+        allowed_special names them, as tiktoken does) raises ValueError; any other is
+        encoded as text."""
         if (allowed_special == "all" and disallowed_special == ()) or (
                 allowed_special == "all" and not disallowed_special):
             mode = self._all_mode
@@ -870,6 +893,7 @@ class Tokenizer:
         if isinstance(iterable, str):
             iterable = (iterable,)
         self._refuse_components("encode_iterable")
+        iterable = _pairs_kept_whole(iterable)
         if self._cpattern == 0:
             return self._iter_py(iterable)
         return self._iter_c(iterable)
@@ -1252,10 +1276,12 @@ class Tokenizer:
 
     def decode_bytes(self, ids) -> bytes:
         """The bytes of a sequence of ids; ValueError naming an unknown id."""
-        if type(ids) is list and len(ids) <= 512:
-            # short lists: a dict lookup per id beats building a C array (per-call cost)
+        if type(ids) is list and len(ids) <= 512 and self._ptr is not None:
+            # short lists: a dict lookup per id beats building a C array (per-call cost);
+            # only for ints (a float equal to an id would find it)
             try:
-                return b"".join(map(self._id_bytes.__getitem__, ids))
+                if type(sum(ids)) is int:
+                    return b"".join(map(self._id_bytes.__getitem__, ids))
             except (KeyError, TypeError):
                 pass                       # the C path below names the bad id
         ids, arr = self._id_array(ids)
@@ -1302,8 +1328,9 @@ class Tokenizer:
                              f"{self._n_vocab})") from None
 
     def decode_single_token_bytes(self, token_id) -> bytes:
-        if isinstance(token_id, bool) or not isinstance(token_id, int):
+        if isinstance(token_id, bool) or not hasattr(token_id, "__index__"):
             raise TypeError(f"token id must be an int, not {type(token_id).__name__}")
+        token_id = token_id.__index__()         # numpy's ints too
         if not 0 <= token_id < 2 ** 32:
             raise ValueError(f"unknown token id {token_id}")
         p = ffi.new("uint8_t **")
@@ -1320,6 +1347,9 @@ class Tokenizer:
 
     def token_to_id(self, token: bytes):
         """The id of the ordinary token with exactly these bytes, or None."""
+        if isinstance(token, str):
+            raise TypeError("token_to_id takes the token's bytes (e.g. 'hi'.encode()), not a "
+                            "str")
         i = ffi.new("uint32_t *")
         rc = lib.bpe_token_id(self._handle(), bytes(token), len(token), i)
         return int(i[0]) if rc == lib.BPE_OK else None

@@ -48,6 +48,19 @@ cat > "$WORK/driver.c" <<'EOF'
 #define CHECK(c) do { if (!(c)) { fprintf(stderr, "driver: check failed line %d: %s\n", \
     __LINE__, #c); return 1; } } while (0)
 
+/* bpe_encode_file into a new file at out_path (the caller's descriptor, as Python passes). */
+static int encode_to(bpe_tokenizer *tok, const char *in_path, const char *out_path, int width,
+                     const uint8_t *mode, bpe_progress *prog, uint64_t *n_tok, size_t *info)
+{
+    FILE *out = fopen(out_path, "wb");
+    int rc;
+    if (out == NULL)
+        return -1;
+    rc = bpe_encode_file(tok, in_path, fileno(out), width, mode, 2, prog, n_tok, info);
+    fclose(out);
+    return rc;
+}
+
 static int run(int rule)
 {
     uint8_t bytes[1024];
@@ -162,12 +175,12 @@ static int run(int rule)
     CHECK((f = fopen("in.txt", "wb")) != NULL);
     for (i = 0; i < 20000; i++) fputs(text, f);
     fclose(f);
-    CHECK(bpe_encode_file(tok, "in.txt", "out.bin", 2, mode, 2, &prog, &n_tok, &info) == BPE_OK);
+    CHECK(encode_to(tok, "in.txt", "out.bin", 2, mode, &prog, &n_tok, &info) == BPE_OK);
     CHECK(n_tok > 20000 && prog.done == prog.total);
     prog.cancel = 1;
-    CHECK(bpe_encode_file(tok, "in.txt", "out2.bin", 4, mode, 2, &prog, &n_tok, &info) ==
+    CHECK(encode_to(tok, "in.txt", "out2.bin", 4, mode, &prog, &n_tok, &info) ==
           BPE_ERR_CANCELLED);
-    CHECK(bpe_encode_file(tok, "missing.txt", "out2.bin", 4, mode, 2, NULL, &n_tok, &info) ==
+    CHECK(encode_to(tok, "missing.txt", "out2.bin", 4, mode, NULL, &n_tok, &info) ==
           BPE_ERR_IO);
     {
         uint32_t unknown = 5000;
@@ -220,8 +233,8 @@ static int run_model(void)
     CHECK((f = fopen("in_model.txt", "wb")) != NULL);
     for (i = 0; i < 20000; i++) fputs(text, f);
     fclose(f);
-    CHECK(bpe_encode_file(tok, "in_model.txt", "out_model.bin", 2, NULL, 2, NULL, &n_tok,
-                          &info) == BPE_OK);
+    CHECK(encode_to(tok, "in_model.txt", "out_model.bin", 2, NULL, NULL, &n_tok, &info) ==
+          BPE_OK);
     bpe_ids_free(&out);
     bpe_tokenizer_free(tok);
     spec.subword_prefix = (const uint8_t *)"zz"; spec.subword_prefix_len = 2;

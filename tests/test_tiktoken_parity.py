@@ -138,6 +138,59 @@ def test_disallowed_special_raises_like_tiktoken(vocab):
         enc.encode("plain")
 
 
+@pytest.mark.parametrize("vocab", VOCABS)
+def test_a_named_disallowed_token_raises_even_when_allowed(vocab):
+    """tiktoken looks for disallowed_special's tokens first: one named there raises even
+    where allowed_special ("all" or a set) names it too."""
+    tok, enc = ours(vocab), reference(vocab)
+    s = "hi <|endoftext|>"
+    for allowed in ("all", {"<|endoftext|>"}):
+        with pytest.raises(ValueError, match="endoftext"):
+            enc.encode(s, allowed_special=allowed, disallowed_special={"<|endoftext|>"})
+        with pytest.raises(ValueError, match="endoftext"):
+            tok.encode(s, allowed_special=allowed, disallowed_special={"<|endoftext|>"})
+        with pytest.raises(ValueError, match="endoftext"):
+            tok.encode_batch([s] * 8, allowed_special=allowed,
+                             disallowed_special={"<|endoftext|>"})
+        assert tok.encode("hi", allowed_special=allowed,
+                          disallowed_special={"<|endoftext|>"}) == enc.encode("hi")
+
+
+class _Tagged(str):
+    """A str subclass whose str() is not its text."""
+
+    def __str__(self):
+        return "<Tagged>"
+
+
+@pytest.mark.parametrize("vocab", VOCABS)
+def test_str_subclass_is_encoded_by_its_characters(vocab):
+    tok, enc = ours(vocab), reference(vocab)
+    texts = ["hello world", "héllo wörld ☃", "x" * 5000 + " é", "<|endoftext|> a"]
+    tagged = [_Tagged(t) for t in texts]
+    want = [enc.encode(t, allowed_special="all") for t in texts]
+    assert [tok.encode(t) for t in tagged] == want
+    assert [tok.encode_ordinary(t) for t in tagged] == \
+        [enc.encode_ordinary(t) for t in texts]
+    assert tok.encode_batch(tagged * 3, num_threads=2) == want * 3      # the C batch path
+    assert tok.encode_batch(tagged[:2]) == want[:2]                     # the few-texts path
+    assert list(tok.encode_iterable(tagged)) == \
+        enc.encode("".join(texts), allowed_special="all")
+
+
+@pytest.mark.parametrize("vocab", VOCABS)
+def test_surrogate_pair_cut_between_chunks(vocab):
+    """A surrogate pair is one character in the joined text (tiktoken, and encode, take it
+    so); encode_iterable must not turn its halves into two U+FFFD."""
+    tok, enc = ours(vocab), reference(vocab)
+    text = "a\ud83d\ude00b \ud83d\ude00\ud83d x\ud83d"
+    want = enc.encode(text, allowed_special="all")
+    assert tok.encode(text) == want
+    for cut in range(1, len(text)):
+        assert list(tok.encode_iterable([text[:cut], text[cut:]])) == want, cut
+    assert list(tok.encode_iterable(iter(text))) == want
+
+
 UNICODE_GAP = pytest.mark.xfail(
     reason="our scanner's Unicode tables (the regex module's Unicode 18) call some code points "
            "letters that tiktoken's older tables do not; with cl100k's pattern that changes "

@@ -166,6 +166,18 @@ def test_decode_errors_and_replacement():
     import numpy
     assert tok.decode(numpy.array(ids, dtype=numpy.uint32)) == "héllo"
     assert tok.decode(numpy.array(ids, dtype=numpy.int64)) == "héllo"
+    # a float equal to an id is not an id, in a short list as in a long one
+    with pytest.raises(TypeError, match="bytes"):
+        tok.token_to_id("a")
+    assert tok.token_to_id(b"a") == tok.encode("a")[0]
+    for n in (1, 600):
+        with pytest.raises(TypeError, match="1.0"):
+            tok.decode_bytes([1] * n + [1.0])
+    # numpy's ints are ids, one at a time too (as tiktoken takes them)
+    assert tok.decode_single_token_bytes(numpy.int64(ids[0])) == \
+        tok.decode_single_token_bytes(ids[0])
+    assert tok.decode_tokens_bytes(numpy.array(ids)) == [tok.decode_single_token_bytes(i)
+                                                         for i in ids]
 
 
 def test_concurrent_threads():
@@ -398,6 +410,9 @@ def test_close_and_context_manager(trained):
         assert "Tokenizer(" in repr(tok)
     with pytest.raises(ValueError, match="closed"):
         tok.encode("x")
+    for n in (1, 600):   # short lists too (decoded from a dict, not by C)
+        with pytest.raises(ValueError, match="closed"):
+            tok.decode([1] * n)
     tok.close()          # twice is fine
     assert "closed" in repr(tok)
 
