@@ -17,6 +17,17 @@ from .client import (DaemonError, DaemonTimeout, _ClientBase, falls_back_per_tex
                      stream_grouping, text_size, utf8_bins)
 
 
+async def _wait(fut, delay):
+    """await fut for at most delay seconds (asyncio.TimeoutError after).  On Python 3.11+ by
+    asyncio.timeout: there, asyncio.wait_for returns a result that lands together with a
+    cancellation of the caller and drops the cancellation (the caller's wait_for / cancel
+    is then ignored)."""
+    if hasattr(asyncio, "timeout"):
+        async with asyncio.timeout(delay):
+            return await fut
+    return await asyncio.wait_for(fut, delay)
+
+
 class AsyncClient(_ClientBase):
     """Same operations as Client, as coroutines; `stream` is an async generator."""
 
@@ -43,6 +54,8 @@ class AsyncClient(_ClientBase):
             except (zmq.ZMQError, asyncio.CancelledError):
                 return
             rep, rid = parse_reply(raw)
+            if rep.get("resent"):
+                continue     # the chunk's own reply is on its way (or lost: then a timeout)
             fut = self._futures.get(rid) if rid is not None else None
             if fut is not None and not fut.done():
                 fut.set_result(rep)
@@ -104,7 +117,7 @@ class AsyncClient(_ClientBase):
                         await asyncio.sleep(0.01)
                 if sent:
                     try:
-                        rep = await asyncio.wait_for(fut, max(0.0, end - loop.time()))
+                        rep = await _wait(fut, max(0.0, end - loop.time()))
                     except asyncio.TimeoutError:
                         rep = None
                     if rep is not None:
@@ -279,4 +292,18 @@ class AsyncClient(_ClientBase):
         except BaseException:
             for t in tasks:
                 t.cancel()
+            if chunks:      # as Client does: the daemon drops the stream at once
+                self._send_abort(sid, ep)
             raise
+
+    def _send_abort(self, sid, ep):
+        """Sends stream_abort without waiting for its reply (this may run while the caller is
+        being cancelled); a failure to send is ignored, the daemon drops the stream when it
+        has been idle too long."""
+        try:
+            sent = self._socks[ep].send(P.packb({"op": P.OP_STREAM_ABORT, "id": next(self._ids),
+                                                 "stream": sid}), zmq.NOBLOCK)
+        except (zmq.ZMQError, ValueError):
+            return
+        if isinstance(sent, asyncio.Future):
+            sent.add_done_callback(lambda f: f.cancelled() or f.exception())

@@ -77,7 +77,7 @@ def configure_socket(sock, curve_server_key=None, curve_public_key=None,
 
 
 class _Pending:
-    __slots__ = ("packed", "ep", "deadline", "retries_left", "pinned")
+    __slots__ = ("packed", "ep", "deadline", "retries_left", "pinned", "why")
 
     def __init__(self, packed, ep, deadline, retries_left, pinned):
         self.packed = packed
@@ -85,6 +85,7 @@ class _Pending:
         self.deadline = deadline
         self.retries_left = retries_left
         self.pinned = pinned
+        self.why = None        # the retryable error that set an early deadline (busy, ...)
 
 
 def request_msg(op, tokenizer=None, allowed_special=None, disallowed_special=None, **fields):
@@ -339,7 +340,8 @@ class Client(_ClientBase):
         self._next_expiry_scan = now + 0.005
         for rid, p in list(self._pending.items()):
             if p.deadline <= now and rid not in self._done:
-                self._retry(rid, p, "no reply within %.3gs" % self.timeout)
+                why, p.why = p.why or "no reply within %.3gs" % self.timeout, None
+                self._retry(rid, p, why)
         return got
 
     def _on_reply(self, raw):
@@ -347,9 +349,15 @@ class Client(_ClientBase):
         p = self._pending.get(rid) if rid is not None else None
         if p is None or rid in self._done:
             return                                   # duplicate or abandoned: drop
+        if rep.get("resent"):
+            # the daemon had this chunk already: its own reply (with its ids) is on its way,
+            # or was lost, and then the retries end in a timeout, never in missing ids
+            return
         if not rep.get("ok") and rep.get("code") in P.RETRYABLE and p.retries_left > 0:
-            time.sleep(0.01)
-            self._retry(rid, p, rep.get("message", ""))
+            # resent by the expiry scan in 10 ms, without holding up the other replies
+            p.why = rep.get("message", "")
+            p.deadline = min(p.deadline, time.monotonic() + 0.01)
+            self._next_expiry_scan = 0.0
             return
         self._done[rid] = rep
 

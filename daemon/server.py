@@ -152,6 +152,12 @@ class Stats:
             if error_code:
                 self.errors[error_code] += 1
 
+    def count_error(self, error_code):
+        """An error reply of a request whose op handle() counts (the stream ops, which
+        answer errors without raising)."""
+        with self.lock:
+            self.errors[error_code] += 1
+
     def snapshot(self):
         for _ in range(3):
             try:
@@ -257,9 +263,20 @@ class StreamStore:
             self.dead.popitem(last=False)
         return d
 
+    def _remember_done(self, key, final_seq, now):
+        """A completed stream leaves a tombstone too (code None, its final seq), for
+        stream_idle_s: a resend of one of its chunks is then acknowledged as a resend instead
+        of opening a new stream that would wait forever for its chunk 0."""
+        self.dead[key] = (None, final_seq, now)
+        self.dead.move_to_end(key)
+        while len(self.dead) > self.MAX_DEAD:
+            self.dead.popitem(last=False)
+
     def add(self, ident, flag, req_id, stream_id, seq, data, final, opts, now):
         """Records one chunk.  Returns (status, extra):
-          ("ack", None)      - stored (or a resent duplicate); reply with an empty ack;
+          ("ack", None)      - stored; reply with an empty ack;
+          ("resent", None)   - a chunk already received (stored, consumed, or of a completed
+                               stream): its own reply is or was sent; reply with a resend ack;
           ("defer", None)    - stored final chunk that waits for earlier ones: no reply yet;
           ("consume", st)    - this worker now owns consumption (st.busy): run consume();
           ("error", (code, message, deferred)) - this chunk fails; deferred (if any) too."""
@@ -269,6 +286,11 @@ class StreamStore:
             st = self.streams.get(key)
             if st is None and key in self.dead:
                 code, message, _ = self.dead[key]
+                if code is None:                            # completed; message: final seq
+                    if seq <= message:
+                        return "resent", None
+                    return "error", (P.E_STREAM, f"chunk {seq} after final chunk {message}",
+                                     None)
                 return "error", (code, message, None)
             if st is None:
                 if len(self.streams) >= lim.max_streams:
@@ -280,7 +302,7 @@ class StreamStore:
                 self.per_client[ident] += 1
             st.touched = now
             if seq in st.parts or seq < st.next_seq:
-                return "ack", None                         # a resent duplicate
+                return "resent", None
             if st.final_seq is not None and (seq > st.final_seq or final):
                 d = self._fail(key, st, P.E_STREAM, f"chunk {seq} after final chunk "
                                f"{st.final_seq}")
@@ -332,11 +354,13 @@ class StreamStore:
                 self.total_bytes += delta
 
     def finish(self, key, st):
-        """The stream completed: forget it; returns the deferred final chunk (or None)."""
+        """The stream completed: forget it (but for a tombstone); returns the deferred final
+        chunk (or None)."""
         with self.lock:
             d, st.deferred = st.deferred, None
             if self.streams.get(key) is st:
                 self._remove(key)
+                self._remember_done(key, st.final_seq, time.monotonic())
             return d
 
     def fail(self, key, st, code, message):
@@ -1018,11 +1042,16 @@ class Handler:
             self._max_token_bytes[name] = v
         return v
 
-    def op_chunk(self, req, ident, flag, req_id):
+    def stream_id(self, req):
         sid = req.get("stream")
         if isinstance(sid, bool) or not isinstance(sid, (int, str, bytes)) or (
                 isinstance(sid, (str, bytes)) and len(sid) > self.limits.max_id_len):
-            raise RequestError(P.E_BAD_REQUEST, "\"stream\" must be an int or a short str")
+            raise RequestError(P.E_BAD_REQUEST, "\"stream\" must be an int or a short str "
+                               f"(at most {self.limits.max_id_len} bytes)")
+        return sid
+
+    def op_chunk(self, req, ident, flag, req_id):
+        sid = self.stream_id(req)
         seq = req.get("seq")
         if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 1 << 31:
             raise RequestError(P.E_BAD_REQUEST, "\"seq\" must be an int in [0, 2**31)")
@@ -1039,13 +1068,17 @@ class Handler:
         opts = self.encode_opts(req) if seq == 0 else None
         status, extra = self.streams.add(ident, flag, req_id, sid, seq, data, final, opts,
                                          time.monotonic())
-        if status == "ack":
-            return [(ident, flag, P.packb({"id": req_id, "ok": True, "stream": sid, "seq": seq,
-                                           "ids": [], "final": False}))]
+        if status in ("ack", "resent"):
+            reply = {"id": req_id, "ok": True, "stream": sid, "seq": seq, "ids": [],
+                     "final": False}
+            if status == "resent":
+                reply["resent"] = True   # not this chunk's ids: see PROTOCOL.md, chunk
+            return [(ident, flag, P.packb(reply))]
         if status == "defer":
             return []
         if status == "error":
             code, message, deferred = extra
+            self.stats.count_error(code)
             return self._stream_errors(ident, flag, req_id, code, message, deferred)
         return self._consume((ident, sid), extra, ident, flag, req_id, sid, seq)
 
@@ -1117,16 +1150,14 @@ class Handler:
                                            "final": False}))]
         except RequestError as exc:
             deferred = self.streams.fail(key, st, exc.code, exc.message)
-            self.stats.count(P.OP_CHUNK, exc.code)
+            self.stats.count_error(exc.code)
             return self._stream_errors(ident, flag, req_id, exc.code, exc.message, deferred)
         except BaseException:
             self.streams.fail(key, st, P.E_INTERNAL, "internal error")
             raise
 
     def op_stream_abort(self, req, ident, flag, req_id):
-        sid = req.get("stream")
-        if isinstance(sid, bool) or not isinstance(sid, (int, str, bytes)):
-            raise RequestError(P.E_BAD_REQUEST, "\"stream\" must be an int or a short str")
+        sid = self.stream_id(req)
         existed, deferred = self.streams.abort(ident, sid)
         out = [(ident, flag, P.packb({"id": req_id, "ok": True, "existed": existed}))]
         if deferred:
