@@ -12,9 +12,9 @@ import zmq
 import zmq.asyncio
 
 from . import protocol as P
-from .client import (DaemonError, DaemonTimeout, _ClientBase, falls_back_per_text,
-                     group_ids, group_request, parse_reply, reply_ids, request_msg,
-                     stream_grouping, text_size, utf8_bins)
+from .client import (BUSY_WAIT_FIRST, BUSY_WAIT_MAX, DaemonError, DaemonTimeout, _ClientBase,
+                     falls_back_per_text, group_ids, group_request, parse_reply, reply_ids,
+                     request_msg, stream_grouping, text_size, utf8_bins)
 
 
 async def _wait(fut, delay):
@@ -98,40 +98,62 @@ class AsyncClient(_ClientBase):
         if ep is None:
             ep = next(self._rr) % len(self._socks)
         loop = asyncio.get_running_loop()
+        budget_end = loop.time() + self.timeout * (self.retries + 1)
+        busy_wait = BUSY_WAIT_FIRST
+        attempt = 0
         try:
-            for attempt in range(self.retries + 1):
-                fut = self._futures[rid] = loop.create_future()
-                end = loop.time() + self.timeout
-                sent = False
-                while not sent and loop.time() < end:
-                    order = [ep] if pinned else [(ep + i) % len(self._socks)
-                                                 for i in range(len(self._socks))]
-                    for e in order:
-                        try:   # zmq.asyncio reports EAGAIN through the returned future
-                            await self._socks[e].send(packed, zmq.NOBLOCK)
-                            ep, sent = e, True
-                            break
-                        except zmq.Again:
-                            continue
-                    if not sent:
-                        await asyncio.sleep(0.01)
-                if sent:
-                    try:
-                        rep = await _wait(fut, max(0.0, end - loop.time()))
-                    except asyncio.TimeoutError:
-                        rep = None
-                    if rep is not None:
-                        if rep.get("ok"):
-                            return rep
-                        if rep.get("code") not in P.RETRYABLE or attempt == self.retries:
-                            raise DaemonError(rep.get("code", "?"), rep.get("message", ""))
-                        await asyncio.sleep(0.01)
+            # one future for every attempt until a reply comes: a reply that lands just as an
+            # attempt times out is still taken (a chunk's reply cannot be had again: its
+            # resend is answered `resent`)
+            fut = self._futures[rid] = loop.create_future()
+            while True:
+                if not fut.done():
+                    if attempt > self.retries:
+                        raise DaemonTimeout(f"no reply within {self.timeout:.3g}s after "
+                                            f"{self.retries + 1} attempts")
+                    ep = await self._send_within(packed, ep, pinned, self.timeout, fut)
+                    if not fut.done():
+                        attempt += 1
+                        if not pinned:
+                            ep = (ep + 1) % len(self._socks)
+                        continue
+                rep = fut.result()
+                if rep.get("ok"):
+                    return rep
+                code = rep.get("code")
+                fut = self._futures[rid] = loop.create_future()     # for the next reply
+                if code == P.E_BUSY and loop.time() + busy_wait < budget_end:
+                    await asyncio.sleep(busy_wait)          # flow control: not an attempt
+                    busy_wait = min(busy_wait * 2, BUSY_WAIT_MAX)
+                    continue
+                if code not in P.RETRYABLE or attempt >= self.retries:
+                    raise DaemonError(code or "?", rep.get("message", ""))
+                await asyncio.sleep(BUSY_WAIT_FIRST)
+                attempt += 1
                 if not pinned:
                     ep = (ep + 1) % len(self._socks)
-            raise DaemonTimeout(f"no reply within {self.timeout:.3g}s after "
-                                f"{self.retries + 1} attempts")
         finally:
             self._futures.pop(rid, None)
+
+    async def _send_within(self, packed, ep, pinned, timeout, fut):
+        """Sends packed on endpoint ep (or, unpinned, on any that takes it), then waits for fut
+        (left pending on a timeout), all within `timeout` seconds; returns the endpoint used."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        order = [ep] if pinned else [(ep + i) % len(self._socks) for i in range(len(self._socks))]
+        while loop.time() < end and not fut.done():
+            for e in order:
+                try:   # zmq.asyncio reports EAGAIN through the returned future
+                    await self._socks[e].send(packed, zmq.NOBLOCK)
+                except zmq.Again:
+                    continue
+                try:
+                    await _wait(asyncio.shield(fut), max(0.0, end - loop.time()))
+                except asyncio.TimeoutError:
+                    pass
+                return e
+            await asyncio.sleep(0.01)
+        return ep
 
     def _msg(self, op, tokenizer, **kw):
         return request_msg(op, tokenizer if tokenizer is not None else self.tokenizer, **kw)

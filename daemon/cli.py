@@ -33,12 +33,18 @@ def configure(p):
                    help="directory of client public certificates allowed to connect")
     p.add_argument("--drain-timeout", type=float, default=10.0,
                    help="seconds to answer in-flight requests after SIGTERM (default 10)")
-    p.add_argument("--max-text-bytes", type=int, default=None)
-    p.add_argument("--max-frame-bytes", type=int, default=None)
-    p.add_argument("--max-inflight", type=int, default=None,
-                   help="requests in flight per client (default 256)")
-    p.add_argument("--stream-idle", type=float, default=None,
-                   help="seconds before an idle stream is dropped (default 30)")
+    p.add_argument("--max-text-bytes", type=int, default=None, metavar="N",
+                   help="largest text (UTF-8 bytes) in a request; a larger "
+                        f"one is answered too_large (default {P.Limits().max_text_bytes})")
+    p.add_argument("--max-frame-bytes", type=int, default=None, metavar="N",
+                   help="largest request message in bytes; a client sending a larger one is "
+                        f"disconnected (ZMQ_MAXMSGSIZE; default {P.Limits().max_frame_bytes})")
+    p.add_argument("--max-inflight", type=int, default=None, metavar="N",
+                   help="requests of one client queued or running; more are answered busy "
+                        f"(default {P.Limits().max_inflight_per_client})")
+    p.add_argument("--stream-idle", type=float, default=None, metavar="SECONDS",
+                   help="seconds before an idle stream is dropped (default "
+                        f"{P.Limits().stream_idle_s:g})")
     p.add_argument("--loader", default="bpe_cffi:load",
                    help="MODULE:FUNCTION that loads PATH into a tokenizer (default "
                         "bpe_cffi:load)")
@@ -61,14 +67,31 @@ def resolve_loader(spec):
     mod, sep, fn = spec.partition(":")
     if not sep:
         raise ValueError(f"--loader {spec!r}: expected MODULE:FUNCTION")
-    loader = getattr(importlib.import_module(mod), fn, None)
+    try:
+        loader = getattr(importlib.import_module(mod), fn, None)
+    except ImportError as exc:
+        raise ValueError(f"--loader {spec!r}: {exc}") from None
     if loader is None:
         raise ValueError(f"--loader {spec!r}: {mod} has no {fn} (is the module complete?)")
     return loader
 
 
+def check_limits(args):
+    """ValueError for option values with which the daemon could not serve (every request
+    busy or too large, streams dropped at once), before anything is loaded."""
+    for flag, value, least in (("--workers", args.workers, 1),
+                               ("--max-text-bytes", args.max_text_bytes, 1),
+                               ("--max-frame-bytes", args.max_frame_bytes, 64),
+                               ("--max-inflight", args.max_inflight, 1),
+                               ("--stream-idle", args.stream_idle, 0.001),
+                               ("--drain-timeout", args.drain_timeout, 0)):
+        if value is not None and not value >= least:
+            raise ValueError(f"{flag} must be at least {least:g}, not {value:g}")
+
+
 def run(args):
     from .server import check_bind_security, serve
+    check_limits(args)
     check_bind_security(args.bind, args.curve_secret_key, args.curve_authorized_keys)
     loader = resolve_loader(args.loader)
     toks = {name: loader(path) for name, path in parse_tokenizer_args(args.tokenizer)}
@@ -81,17 +104,19 @@ def run(args):
         lim["max_inflight_per_client"] = args.max_inflight
     if args.stream_idle is not None:
         lim["stream_idle_s"] = args.stream_idle
-    if args.workers is not None and args.workers < 1:
-        raise ValueError("--workers must be at least 1")
 
     def ready(endpoint):
         sys.stdout.write(endpoint + "\n")
         sys.stdout.flush()
 
-    return serve(toks, args.bind, workers=args.workers, limits=P.Limits(**lim),
-                 curve_secret_key=args.curve_secret_key,
-                 curve_authorized_keys=args.curve_authorized_keys,
-                 drain_timeout=args.drain_timeout, ready=ready)
+    import zmq
+    try:
+        return serve(toks, args.bind, workers=args.workers, limits=P.Limits(**lim),
+                     curve_secret_key=args.curve_secret_key,
+                     curve_authorized_keys=args.curve_authorized_keys,
+                     drain_timeout=args.drain_timeout, ready=ready)
+    except zmq.ZMQError as exc:       # an address in use, a bad endpoint: one line, no trace
+        raise OSError(exc.errno, f"{args.bind}: {exc}") from None
 
 
 def main(argv=None):
@@ -101,6 +126,10 @@ def main(argv=None):
     args = p.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (OSError, ValueError, TypeError, ImportError) as exc:
+    except KeyboardInterrupt:          # Ctrl-C while the tokenizers load
+        print("bpe-cffi serve: interrupted", file=sys.stderr)
+        return 130
+    except (OSError, ValueError, TypeError) as exc:
         print(f"bpe-cffi serve: error: {exc}", file=sys.stderr)
         return 1
+

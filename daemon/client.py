@@ -77,15 +77,26 @@ def configure_socket(sock, curve_server_key=None, curve_public_key=None,
 
 
 class _Pending:
-    __slots__ = ("packed", "ep", "deadline", "retries_left", "pinned", "why")
+    __slots__ = ("packed", "ep", "deadline", "retries_left", "pinned", "why", "free",
+                 "busy_wait", "budget_end")
 
-    def __init__(self, packed, ep, deadline, retries_left, pinned):
+    def __init__(self, packed, ep, deadline, retries_left, pinned, budget_end=0.0):
         self.packed = packed
         self.ep = ep
         self.deadline = deadline
         self.retries_left = retries_left
         self.pinned = pinned
-        self.why = None        # the retryable error that set an early deadline (busy, ...)
+        self.why = None          # the retryable error that set an early deadline
+        self.free = False        # that resend is not an attempt (busy: see _on_reply)
+        self.busy_wait = BUSY_WAIT_FIRST
+        self.budget_end = budget_end   # busy replies are resent until then
+
+
+# A busy reply (the daemon's per-client or buffer limits) is flow control, not a failure: the
+# request is sent again after a pause that doubles from BUSY_WAIT_FIRST to BUSY_WAIT_MAX, for as
+# long as the request's whole time budget (timeout * (retries + 1)) lasts.
+BUSY_WAIT_FIRST = 0.01
+BUSY_WAIT_MAX = 0.25
 
 
 def request_msg(op, tokenizer=None, allowed_special=None, disallowed_special=None, **fields):
@@ -295,7 +306,8 @@ class Client(_ClientBase):
         pinned = ep is not None
         if ep is None:
             ep = next(self._rr) % len(self._socks)
-        p = _Pending(packed, ep, 0.0, self.retries, pinned)
+        p = _Pending(packed, ep, 0.0, self.retries, pinned,
+                     time.monotonic() + self.timeout * (self.retries + 1))
         self._pending[rid] = p
         self._send(rid, p)
         return rid
@@ -341,7 +353,11 @@ class Client(_ClientBase):
         for rid, p in list(self._pending.items()):
             if p.deadline <= now and rid not in self._done:
                 why, p.why = p.why or "no reply within %.3gs" % self.timeout, None
-                self._retry(rid, p, why)
+                if p.free:
+                    p.free = False
+                    self._send(rid, p)
+                else:
+                    self._retry(rid, p, why)
         return got
 
     def _on_reply(self, raw):
@@ -353,13 +369,20 @@ class Client(_ClientBase):
             # the daemon had this chunk already: its own reply (with its ids) is on its way,
             # or was lost, and then the retries end in a timeout, never in missing ids
             return
-        if not rep.get("ok") and rep.get("code") in P.RETRYABLE and p.retries_left > 0:
-            # resent by the expiry scan in 10 ms, without holding up the other replies
-            p.why = rep.get("message", "")
-            p.deadline = min(p.deadline, time.monotonic() + 0.01)
-            self._next_expiry_scan = 0.0
+        code = rep.get("code") if not rep.get("ok") else None
+        now = time.monotonic()
+        if code == P.E_BUSY and now + p.busy_wait < p.budget_end:
+            p.free = True                            # see BUSY_WAIT_FIRST
+        elif code in P.RETRYABLE and p.retries_left > 0:
+            p.busy_wait = BUSY_WAIT_FIRST
+        else:
+            self._done[rid] = rep
             return
-        self._done[rid] = rep
+        # resent by the expiry scan after the pause, without holding up the other replies
+        p.why = rep.get("message", "")
+        p.deadline = now + p.busy_wait
+        p.busy_wait = min(p.busy_wait * 2, BUSY_WAIT_MAX)
+        self._next_expiry_scan = 0.0
 
     def _retry(self, rid, p, why):
         if p.retries_left <= 0:

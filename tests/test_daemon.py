@@ -600,6 +600,27 @@ def test_cli_registers_serve():
     assert args.func.__module__ == "bpe_cffi.daemon.cli"
 
 
+@pytest.mark.parametrize("extra, message", [
+    ([], "Address already in use"),
+    (["--max-inflight", "0"], "--max-inflight must be at least 1"),
+    (["--max-text-bytes", "-5"], "--max-text-bytes must be at least 1"),
+    (["--stream-idle", "-1"], "--stream-idle must be at least"),
+    (["--loader", "no_such_module:load"], "No module named"),
+])
+def test_serve_errors_are_one_line(daemon, paths, extra, message):
+    """A second daemon on a port in use, limits with which nothing could be served, or a
+    loader that cannot be imported: exit 1 with one line, no traceback."""
+    import subprocess
+    import sys
+    bind = daemon.endpoint if not extra else "tcp://127.0.0.1:0"
+    r = subprocess.run([sys.executable, "-m", "bpe_cffi", "serve", "-t",
+                        f"a={paths['gpt2']}", "--bind", bind, *extra],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert message in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
 def test_async_client_timeouts_and_failover(daemon, refs):
     tok = refs["cl100k"]
     dead = "tcp://127.0.0.1:1"                 # nothing listens there (loopback only)
@@ -637,3 +658,119 @@ def test_count_limit_on_a_long_text(daemon, refs):
         assert rep["exceeded"] is True and rep["count"] == n
     finally:
         s.close()
+
+
+def _long_doc(n_bytes, seed=0):
+    rng = random.Random(seed)
+    words = ["alpha", "beta", "gamma", "délta", "42", "x", "\n", "ünï", "🎉"]
+    out, size = [], 0
+    while size < n_bytes:
+        w = rng.choice(words) + rng.choice(" ,.")
+        out.append(w)
+        size += len(w.encode())
+    return "".join(out).encode()
+
+
+def test_a_resent_chunk_never_replaces_its_reply(daemon, refs):
+    """A chunk sent again (same request id) while its first copy is being encoded, or after
+    its stream completed, is answered with a reply marked `resent` that is not the chunk's:
+    the real one still comes, and the clients wait for it.  With a timeout far shorter than
+    a chunk's encoding, encode_chunks returns every id (before: the resend's empty reply was
+    taken and the ids were lost without an error)."""
+    tok = refs["cl100k"]
+    doc = _long_doc(6 << 20)
+    chunks = [doc[i:i + (3 << 20)] for i in range(0, len(doc), 3 << 20)]
+    expect = tok.encode(doc.decode())
+    s = raw_socket(daemon.endpoint)
+    try:
+        msg = P.packb({"op": "chunk", "id": 77, "stream": "resent-1", "seq": 0, "final": True,
+                       "ids": "bin", "data": chunks[0]})
+        s.send(msg)
+        s.send(msg)                                   # while the first is being encoded
+        first, second = recv_reply(s), recv_reply(s)
+        real = first if not first.get("resent") else second
+        assert real["final"] is True and P.bin_to_ids(real["ids"]) == tok.encode(
+            chunks[0].decode())
+        other = second if real is first else first
+        assert other["resent"] is True and other["ids"] == [] and other["id"] == 77
+        s.send(msg)                                   # after the stream completed
+        again = recv_reply(s)
+        assert again["resent"] is True and again["id"] == 77
+    finally:
+        s.close()
+    with Client(daemon.endpoint, timeout=0.05, retries=40) as c:
+        assert c.encode_chunks(chunks) == expect
+        assert c.stats()["streams"] == 0              # no stream left waiting for a chunk 0
+
+    async def run():
+        async with AsyncClient(daemon.endpoint, timeout=0.05, retries=40) as c:
+            return await c.encode_chunks(chunks)
+    assert asyncio.run(run()) == expect
+
+
+def test_stream_abort_checks_the_stream_id_and_errors_are_counted(daemon):
+    s = raw_socket(daemon.endpoint)
+    try:
+        s.send(P.packb({"op": "stats", "id": 1}))
+        before = recv_reply(s)["errors_by_code"].get(P.E_STREAM, 0)
+        s.send(P.packb({"op": "stream_abort", "id": 2, "stream": b"x" * 300}))
+        rep = recv_reply(s)
+        assert not rep["ok"] and rep["code"] == P.E_BAD_REQUEST and "256" in rep["message"]
+        s.send(P.packb({"op": "chunk", "id": 3, "stream": "counted", "seq": 0, "data": b"a",
+                        "final": True}))
+        assert recv_reply(s)["final"] is True
+        for i in range(3):                             # chunks after the final one
+            s.send(P.packb({"op": "chunk", "id": 4 + i, "stream": "counted", "seq": 5,
+                            "data": b"b"}))
+            assert recv_reply(s)["code"] == P.E_STREAM
+        s.send(P.packb({"op": "stats", "id": 9}))
+        assert recv_reply(s)["errors_by_code"].get(P.E_STREAM, 0) == before + 3
+    finally:
+        s.close()
+
+
+def test_busy_replies_are_flow_control(paths, refs):
+    """More requests in flight than the daemon takes from one client: the busy ones are sent
+    again after a growing pause, not counted as attempts, and nothing blocks the other
+    replies (each busy reply used to cost a 10 ms sleep on the receive path)."""
+    import time
+    tok = refs["cl100k"]
+    texts = [f"text number {i} " * 200 for i in range(2000)]    # over inline_max: queued
+    d = Daemon({"cl100k": paths["cl100k"]}, "--max-inflight", 32, workers=2)
+    try:
+        with Client(d.endpoint, timeout=10, retries=1) as c:
+            t0 = time.monotonic()
+            out = list(c.stream(texts, window=500, batch=1))
+            elapsed = time.monotonic() - t0
+            assert out == [tok.encode(t) for t in texts]
+            busy = c.stats()["errors_by_code"].get(P.E_BUSY, 0)
+            assert busy > 100                          # the limit was hit, often
+            assert elapsed < busy * 0.01 / 2, (elapsed, busy)
+
+        async def run():
+            async with AsyncClient(d.endpoint, timeout=10, retries=1) as c:
+                return await asyncio.gather(*(c.encode(t) for t in texts[:400]))
+        assert asyncio.run(run()) == [tok.encode(t) for t in texts[:400]]
+    finally:
+        d.stop()
+
+
+def test_async_cancel_is_honoured_and_aborts_the_stream(daemon):
+    """Cancelling AsyncClient.encode_chunks (wait_for's timeout) raises at once, every time,
+    and the stream it opened is aborted on the daemon."""
+    import time
+    chunks = [b"hello world " * 1000] * 3000
+
+    async def run():
+        async with AsyncClient(daemon.endpoint, timeout=10) as c:
+            for _ in range(5):
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(c.encode_chunks(chunks, window=4), 0.05)
+            for _ in range(100):                       # the aborts are not awaited
+                if (await c.stats())["streams"] == 0:
+                    return True
+                await asyncio.sleep(0.05)
+            return False
+    t0 = time.monotonic()
+    assert asyncio.run(run())
+    assert time.monotonic() - t0 < 30
