@@ -10,7 +10,10 @@ Encode the UTF-8 text file INPUT into OUT, a flat array of little-endian token i
     ids = numpy.fromfile("OUT.bin", dtype=numpy.uint16)
 
 Bytes of INPUT that are not valid UTF-8 are read as U+FFFD.  Special tokens of the tokenizer
-(e.g. <|endoftext|>) found in the text are encoded as their ids.  Ctrl-C stops the job and
+(e.g. <|endoftext|>) found in the text are encoded as their ids: those a tokenizer.json
+lists, the known ones of the standard .tiktoken files, and those given with
+--special-token (needed for a GPT-2 vocab.json, whose format has no place for them, and for
+a .tiktoken file written by `bpe-cffi train`).  Ctrl-C or SIGTERM stops the job and
 removes the partial output.
 
 --tokenizer accepts any file `bpe_cffi.load` reads: a tokenizer.json (as written by
@@ -31,6 +34,11 @@ def add_parser(subparsers) -> None:
                    help="tokenizer.json, vocab.json (with merges.txt beside it) or .tiktoken")
     p.add_argument("--merges", metavar="PATH",
                    help="merges.txt, when --tokenizer is a vocab.json and it is not beside it")
+    p.add_argument("--special-token", action="append", metavar="TOKEN",
+                   help="a special token of a vocab.json or .tiktoken tokenizer (repeat for "
+                        "several): in a vocab.json it is the token of that text (GPT-2's "
+                        "<|endoftext|> is 50256); in a .tiktoken file the ids follow the "
+                        "vocabulary in the order given")
     p.add_argument("--pattern", metavar="NAME|REGEX",
                    help="split pattern (gpt2, cl100k, o200k or a regex); default: from the "
                         "tokenizer file")
@@ -42,6 +50,20 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true",
                    help="do not draw the progress bar on stderr")
     p.set_defaults(func=run)
+
+
+def _is_gpt2_vocab(path) -> bool:
+    """True unless path is plainly another format (.tiktoken, or a JSON object with a
+    "model", as a tokenizer.json has); load() gives the precise error otherwise."""
+    import json
+    if str(path).endswith(".tiktoken"):
+        return False
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read())
+    except (OSError, ValueError):
+        return True
+    return not (isinstance(doc, dict) and "model" in doc)
 
 
 def refuse_tokenizer_as_output(args) -> None:
@@ -72,8 +94,15 @@ def run(args) -> int:
         raise FileNotFoundError(2, "output directory does not exist", out_dir)
     refuse_tokenizer_as_output(args)
     kw = {}
-    if args.pattern:
+    if args.pattern is not None:
+        if not args.pattern:
+            raise ValueError("--pattern is empty: give a name (gpt2, cl100k, o200k) or a regex")
         kw["pattern"] = args.pattern
+    if args.special_token:
+        kw["special_tokens"] = args.special_token
+    if args.merges and not _is_gpt2_vocab(args.tokenizer):
+        raise ValueError(f"--merges goes with a GPT-2 vocab.json; {args.tokenizer} is not one "
+                         f"(a tokenizer.json or .tiktoken holds its own merges)")
     source = (args.tokenizer, args.merges) if args.merges else args.tokenizer
     tok = load(source, **kw)
     with tok:

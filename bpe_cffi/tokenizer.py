@@ -107,6 +107,24 @@ def _special_hint(b: bytes, special_tokens) -> str:
     return " (a special token: it must not also be an ordinary token)" if named else ""
 
 
+def _numbered_after(vocab: dict, known: dict, names) -> dict:
+    """{name: id} for special tokens given as a list: a known one keeps its id, the others
+    follow the highest id of the vocabulary and of the known ones, in order."""
+    next_id = max([*vocab, *known.values()], default=-1) + 1
+    out = {}
+    for s in names:
+        if not isinstance(s, str):
+            raise TypeError(f"special token {s!r} is not a str")
+        if s in out:
+            continue
+        if s in known:
+            out[s] = known[s]
+        else:
+            out[s] = next_id
+            next_id += 1
+    return out
+
+
 def _c_threads(num_threads) -> int:
     """num_threads as the C calls take it: 0 for one per core (None or 0), else at most
     _MAX_THREADS (what C would use anyway; a larger int does not fit its int)."""
@@ -431,7 +449,9 @@ class Tokenizer:
                       **kw) -> "Tokenizer":
         """A .tiktoken file (base64 token, rank a line; rank = id), tiktoken's merge rule.
 
-        special_tokens: {str: id}; None means the known ones for cl100k_base / o200k_base /
+        special_tokens: {str: id}; or a list of str, numbered after the vocabulary in order
+        (as `bpe-cffi train --format tiktoken` leaves them to be given again), a known one of
+        the file keeping its id; None means the known ones for cl100k_base / o200k_base /
         r50k_base when the file is one of those (recognised by its size), else none.
         pattern: required unless the file is one of those."""
         vocab = formats.read_tiktoken(path)
@@ -439,11 +459,14 @@ class Tokenizer:
         if pattern is None:
             if known is None:
                 raise ValueError(f"{os.fspath(path)}: cannot infer the split pattern of a "
-                                 f"vocabulary of {len(vocab)} tokens; pass pattern= (a name: "
-                                 f"gpt2, cl100k, o200k, or a regex)")
+                                 f"vocabulary of {len(vocab)} tokens; pass pattern= (the "
+                                 f"CLI's --pattern): a name (gpt2, cl100k, o200k) or a regex")
             pattern = known[0]
+        known_ids = dict(known[1]) if known and max(vocab) + 1 == len(vocab) else {}
         if special_tokens is None:
-            special_tokens = dict(known[1]) if known and max(vocab) + 1 == len(vocab) else {}
+            special_tokens = known_ids
+        elif isinstance(special_tokens, (list, tuple)):
+            special_tokens = _numbered_after(vocab, known_ids, special_tokens)
         return cls._from_parts(formats.RULE_TIKTOKEN, vocab, [], special_tokens, pattern, **kw)
 
     @classmethod

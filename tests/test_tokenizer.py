@@ -590,6 +590,46 @@ def test_cli_encode(tmp_path, capsys):
     assert "numpy.fromfile" in capsys.readouterr().out
 
 
+def test_cli_encode_special_tokens(tmp_path, capsys):
+    """--special-token gives a GPT-2 vocab.json (whose format cannot hold special tokens)
+    tiktoken's <|endoftext|>, and a .tiktoken written by `bpe-cffi train` back the special
+    tokens it was trained with; a standard .tiktoken keeps its known ids."""
+    numpy = pytest.importorskip("numpy")
+    from conftest import tiktoken_encoding, vocab_path
+    from pyapi_helpers import corpus_slice
+    from bpe_cffi import cli
+    text = corpus_slice("web", 30_000) + "<|endoftext|>" + corpus_slice("code", 30_000)
+    src, out = tmp_path / "in.txt", tmp_path / "out.bin"
+    src.write_text(text, encoding="utf-8")
+
+    def encode(*args):
+        assert cli.main(["encode", *map(str, args), str(src), "-o", str(out),
+                         "--no-progress"]) == 0, capsys.readouterr().err
+        return numpy.fromfile(out, dtype="<u4" if "uint32" in args else "<u2").tolist()
+
+    gpt2 = tiktoken_encoding("gpt2").encode(text, allowed_special="all")
+    assert 50256 in gpt2
+    assert encode("--tokenizer", vocab_path("gpt2_vocab.json"),
+                  "--special-token", "<|endoftext|>") == gpt2
+    assert encode("--tokenizer", vocab_path("gpt2_vocab.json")) != gpt2   # as plain text
+    cl100k = tiktoken_encoding("cl100k_base").encode(text, allowed_special="all")
+    assert encode("--tokenizer", vocab_path("cl100k_base.tiktoken"), "--dtype", "uint32",
+                  "--special-token", "<|endoftext|>") == cl100k
+    trained = tmp_path / "mine.tiktoken"
+    assert cli.main(["train", str(src), "--vocab-size", "400", "--format", "tiktoken",
+                     "--special-token", "<|endoftext|>", "-q", "-o", str(trained)]) == 0
+    want = Tokenizer.train(src, 400, ["<|endoftext|>"]).encode(text)
+    assert encode("--tokenizer", trained, "--pattern", "gpt2",
+                  "--special-token", "<|endoftext|>") == want
+    assert cli.main(["encode", "--tokenizer", str(vocab_path("o200k_base.tiktoken")),
+                     "--merges", str(vocab_path("gpt2_merges.txt")), str(src), "-o",
+                     str(out)]) == 1
+    assert "--merges goes with a GPT-2 vocab.json" in capsys.readouterr().err
+    assert cli.main(["encode", "--tokenizer", str(vocab_path("gpt2_vocab.json")),
+                     "--pattern", "", str(src), "-o", str(out)]) == 1
+    assert "--pattern is empty" in capsys.readouterr().err
+
+
 def test_cli_encode_sigterm_leaves_nothing(tmp_path):
     """SIGTERM (a scheduler stopping the job) during `bpe-cffi encode` is taken like Ctrl-C:
     exit code 143 soon after, the existing output kept as it was, no temporary file."""
