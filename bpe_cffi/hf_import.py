@@ -129,6 +129,12 @@ def read_hf_tokenizer_json(path, doc=None, text=None) -> dict:
                 fail(f"bpe_cffi.seed must be an integer, not {seed!r}")
             if "dropout" in options:      # the seed only matters with dropout
                 options["seed"] = seed
+    if pattern is not None and not _split_by(doc.get("pre_tokenizer"), pattern):
+        # the file's pre_tokenizer was changed after bpe_cffi wrote it: HF follows the
+        # pre_tokenizer, and so does this (the private pattern only spares translating it)
+        warnings.append(f"model.bpe_cffi.pattern {pattern!r} is not what the pre_tokenizer "
+                        f"splits by; the pre_tokenizer is used, as HF does")
+        pattern = None
     if pattern is None:
         pattern = _plain_pattern(pre, byte_level)
     if pattern is None:
@@ -154,6 +160,25 @@ def read_hf_tokenizer_json(path, doc=None, text=None) -> dict:
             "byte_level": byte_level, "options": options, "pre_tokenizer": pre,
             "normalizer": normalizer, "decoder": decoder,
             "post_processor": doc.get("post_processor"), "warnings": warnings}
+
+
+def _split_by(pre_json, pattern) -> bool:
+    """True when the file's pre_tokenizer (JSON) is a Split by `pattern` as Tokenizer.save
+    writes it (alone, or followed by ByteLevel): the private pattern then says the same as
+    the standard fields."""
+    steps = pre_json.get("pretokenizers") if isinstance(pre_json, dict) and \
+        pre_json.get("type") == "Sequence" else [pre_json]
+    if not isinstance(steps, list) or not steps or not isinstance(steps[0], dict):
+        return False
+    first = steps[0]
+    if first.get("type") != "Split" or not isinstance(first.get("pattern"), dict):
+        return False
+    try:
+        want = formats.onig_regex(patterns.resolve(pattern)[1])
+    except (TypeError, ValueError):
+        return False
+    rest_ok = all(isinstance(x, dict) and x.get("type") == "ByteLevel" for x in steps[1:])
+    return first["pattern"].get("Regex") == want and len(steps) <= 2 and rest_ok
 
 
 def _get_bool(d, key, default, fail):

@@ -1451,7 +1451,22 @@ class Tokenizer:
         formats.write_hf(path, doc)
 
     def save_gpt2(self, vocab_path, merges_path) -> None:
-        """Write GPT-2 style vocab.json + merges.txt (special tokens included in vocab.json)."""
+        """Write GPT-2 style vocab.json + merges.txt (special tokens included in vocab.json).
+        The format holds a byte-level vocabulary and its merges, nothing else: the split
+        pattern is given again when loading (from_files(..., pattern=)); a tokenizer with
+        options or components it cannot hold is refused (ValueError): save() it instead."""
+        o = self._opts
+        lost = [name for name, value in (
+            ("byte_level=False", not o["byte_level"]), ("dropout", o["dropout"]),
+            ("unk_token", o["unk_token"] is not None), ("byte_fallback", o["byte_fallback"]),
+            ("continuing_subword_prefix", o["continuing_subword_prefix"]),
+            ("end_of_word_suffix", o["end_of_word_suffix"]),
+            ("normalizer", self._normalizer is not None),
+            ("pre_tokenizer", self._pre_tokenizer is not None)) if value]
+        if lost:
+            raise ValueError(f"save_gpt2: the GPT-2 vocab.json + merges.txt format cannot hold "
+                             f"{', '.join(lost)}; a tokenizer loaded from it would give other "
+                             f"ids: use save() (tokenizer.json)")
         formats.write_gpt2(self.vocab, self.merges, vocab_path, merges_path)
 
 

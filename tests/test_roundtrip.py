@@ -101,6 +101,18 @@ def test_save_gpt2_files_roundtrip(tmp_path):
         assert back.encode(s) == tok.encode(s)
 
 
+def test_save_gpt2_refuses_what_the_format_cannot_hold(tmp_path):
+    """A character-level tokenizer (with or without a prefix) written as GPT-2 files loaded
+    back with other ids, silently: refused, nothing written."""
+    p = tmp_path / "t.txt"
+    p.write_text("héllo wörld 日本語 hello world " * 30)
+    for options in ({}, {"continuing_subword_prefix": "##", "end_of_word_suffix": "</w>"}):
+        tok = Tokenizer.train(p, 60, byte_level=False, **options)
+        with pytest.raises(ValueError, match="cannot hold byte_level=False"):
+            tok.save_gpt2(tmp_path / "vocab.json", tmp_path / "merges.txt")
+    assert not (tmp_path / "vocab.json").exists() and not (tmp_path / "merges.txt").exists()
+
+
 _HF = {}
 
 
@@ -146,6 +158,33 @@ def test_hf_parity_tiktoken_rule(hf_for, corpus):
     text = corpus_slice(corpus, 1_000_000 if LONG else 100_000)
     diffs = count_diffs(tok, hf, [text, "<|endoftext|>x<|fim_prefix|>"])
     assert diffs <= HF_TIKTOKEN_RULE_BOUND
+
+
+def test_an_edited_pre_tokenizer_is_followed_as_hf_does(tmp_path):
+    """Our saved file also records the pattern for bpe_cffi; when its pre_tokenizer has been
+    changed by hand since (another Split regex, or none), load() follows the pre_tokenizer,
+    as HF does, with a warning, instead of the stale record (24 other ids, silently)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = trained_tok()
+    p = tmp_path / "tokenizer.json"
+    tok.save(p)
+    texts = random_texts(seed=5, n=60) + ["Once upon a time, there was a girl."]
+    doc = json.loads(p.read_text("utf-8"))
+
+    def split(d):
+        return next(x for x in d.get("pretokenizers", [d]) if x.get("type") == "Split")
+    split(doc["pre_tokenizer"])["pattern"] = {"Regex": r"\S+|\s+"}
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(doc), "utf-8")
+    hf = tokenizers.Tokenizer.from_file(str(edited))
+    with pytest.warns(UserWarning, match="pre_tokenizer is used"):
+        back = load(edited)
+    assert [back.encode(t) for t in texts] == [hf.encode(t).ids for t in texts]
+    assert [back.encode(t) for t in texts] != [tok.encode(t) for t in texts]
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                 # the unedited file: no warning
+        assert load(p).encode(texts[-1]) == tok.encode(texts[-1])
 
 
 def test_load_hf_native_tokenizer_json(tmp_path):
