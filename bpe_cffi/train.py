@@ -83,6 +83,7 @@ __all__ = ["train_bpe", "train_tokenizer"]
 
 _ADD_BATCH = 1 << 16            # words per bpe_trainer_add_words call
 _PY_READ = 8 << 20              # bytes per read on the regex (Python) path
+_COUNT_BATCH = 1 << 16          # pieces counted at a time there
 
 
 def _as_paths(input_path) -> list:
@@ -157,12 +158,16 @@ def _split_specials_re(specials):
                                   sorted(specials, key=len, reverse=True)))
 
 
-def _count_python(path, pattern: str, specials, cancel_flag) -> Counter:
+def _count_python(path, pattern: str, specials, prog) -> Counter:
     """Counts the pre-tokens of one file with a regex string (the non-built-in path).
 
-    The file is read in blocks and cut after its last special token, so memory stays bounded
-    by the longest run of text between two special tokens."""
+    The file is read in blocks and cut after its last special token, so the text held is at
+    most the longest run between two special tokens (a regex gives no other place where a cut
+    cannot change the pieces).  Pieces are counted _COUNT_BATCH at a time, never as one list
+    of all the matches; between batches prog.cancel is looked at (Ctrl-C) and prog.done
+    moves (characters counted, as bytes for the bar)."""
     import codecs
+    import itertools
     import regex
     compiled = regex.compile(pattern)
     split = _split_specials_re(specials)
@@ -171,20 +176,23 @@ def _count_python(path, pattern: str, specials, cancel_flag) -> Counter:
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     pending = ""
 
-    def pieces(seg):
-        # whole matches, as the encoder splits: findall would give a pattern's groups
-        if compiled.groups == 0:
-            return compiled.findall(seg)
-        return [m.group() for m in compiled.finditer(seg)]
-
     def count_text(text):
         segments = split.split(text) if split is not None else [text]
         for seg in segments:
-            counts.update(pieces(seg))
+            # whole matches, as the encoder splits (findall would give a pattern's groups)
+            matches = compiled.finditer(seg)
+            while True:
+                if prog.cancel:
+                    raise KeyboardInterrupt("cancelled")
+                batch = [m[0] for m in itertools.islice(matches, _COUNT_BATCH)]
+                if not batch:
+                    break
+                counts.update(batch)
+                prog.done = min(prog.done + sum(map(len, batch)), prog.total)
 
     with open(path, "rb") as f:
         while True:
-            if cancel_flag():
+            if prog.cancel:
                 raise KeyboardInterrupt("cancelled")
             raw = f.read(_PY_READ)
             pending += decoder.decode(raw, final=not raw)
@@ -406,8 +414,8 @@ def _train(input_path, vocab_size, special_tokens=None, *, pattern="gpt2", num_t
         bars = {lib.BPE_PHASE_READ: Bar("counting", "B"),
                 lib.BPE_PHASE_MERGE: Bar("merging", "merges")}
     t0 = time.perf_counter()
+    prog.total = sum(os.path.getsize(p) for p in paths)
     if cid:
-        prog.total = sum(os.path.getsize(p) for p in paths)
 
         def count_files():
             for p in paths:
@@ -425,14 +433,15 @@ def _train(input_path, vocab_size, special_tokens=None, *, pattern="gpt2", num_t
         def count_py():
             total = Counter()
             for p in paths:
-                total.update(_count_python(p, regex_str, specials, lambda: prog.cancel))
+                total.update(_count_python(p, regex_str, specials, prog))
             return total
 
-        counts = run_cancellable(count_py, prog, None)
+        prog.phase = lib.BPE_PHASE_READ
+        counts = run_cancellable(count_py, prog, bars)
+        prog.done = prog.total
         _add_words(trainer, counts)
     t1 = time.perf_counter()
-    if cid:
-        _finish_bar(bars, lib.BPE_PHASE_READ, prog)
+    _finish_bar(bars, lib.BPE_PHASE_READ, prog)
     rc = run_cancellable(lambda: lib.bpe_trainer_merge(trainer, prog), prog, bars)
     raise_for(rc, "merging")
     _finish_bar(bars, lib.BPE_PHASE_MERGE, prog)
