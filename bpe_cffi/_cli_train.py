@@ -182,4 +182,23 @@ def run(args) -> int:
               f"{stats['n_words']:,} distinct pre-tokens) in {dt:.1f} s "
               f"(counting {stats['count_seconds']:.1f} s, merging {stats['merge_seconds']:.1f} s)"
               f"; wrote {', '.join(written)}", file=sys.stderr)
+    note = size_note(len(vocab), len(merges), args)
+    if note:
+        print(f"bpe-cffi: note: {note}", file=sys.stderr)
     return 0
+
+
+def size_note(n_vocab, n_merges, args):
+    """Why the vocabulary is not --vocab-size tokens, or None when it is."""
+    if n_vocab > args.vocab_size:
+        return (f"{n_vocab} tokens, more than --vocab-size {args.vocab_size}: the initial "
+                f"tokens and special tokens alone are {n_vocab - n_merges}"
+                + (" (--limit-alphabet keeps fewer characters)" if args.char_level else ""))
+    if n_vocab < args.vocab_size:
+        why = "no pair of tokens was left to merge"
+        if args.min_frequency:
+            why += f" at least {args.min_frequency} times (--min-frequency)"
+        if args.max_token_length is not None:
+            why += f" within --max-token-length {args.max_token_length}"
+        return f"{n_vocab} tokens, fewer than --vocab-size {args.vocab_size}: {why}"
+    return None

@@ -84,6 +84,20 @@ def test_outputs_that_would_replace_an_input_are_refused_before_training(tmp_pat
     assert os.listdir(tmp_path / "out") == []
 
 
+def test_a_vocabulary_of_another_size_is_explained(tmp_path):
+    """Fewer tokens than --vocab-size (nothing left to merge) or more (the alphabet alone is
+    bigger): the run succeeds and says why."""
+    a = tmp_path / "a.txt"
+    a.write_text("ab ab abc héllo wörld 日本語 " * 20)
+    r = cli(a, "--vocab-size", 1000, "-o", tmp_path / "o.json")
+    assert r.returncode == 0 and "fewer than --vocab-size 1000" in r.stderr, r.stderr
+    r = cli(a, "--vocab-size", 5, "--char-level", "-o", tmp_path / "c.json")
+    assert r.returncode == 0 and "more than --vocab-size 5" in r.stderr, r.stderr
+    assert "--limit-alphabet" in r.stderr
+    r = cli(a, "--vocab-size", 260, "-o", tmp_path / "p.json")
+    assert r.returncode == 0 and "note" not in r.stderr
+
+
 def test_input_with_a_non_utf8_name(tmp_path):
     """File names are bytes on POSIX: one that is not UTF-8 is read like any other."""
     name = os.fsdecode(b"corpus-\xff.txt")
