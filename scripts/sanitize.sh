@@ -257,18 +257,21 @@ fi
 [ -n "${SANITIZE_SKIP_PYTEST:-}" ] && exit 0
 
 # ---- 2. the extension under the sanitizers, driven by pytest --------------------------------
-# The id-list helper (csrc/pyext/idlist.c) too, when it is built: the optimised one is kept
-# aside and put back at exit.  (Found before the sanitized CFFI module is built: importing
-# the package afterwards needs the ASan runtime preloaded.)
-IDLIST="$("$PY" -c 'import bpe_cffi._idlist as m; print(m.__file__)' 2>/dev/null || true)"
+# The id-list helper (csrc/pyext/idlist.c) too, built in THIS tree's bpe_cffi/ (not where an
+# import finds it: in a second worktree that is the editable install's tree, which other
+# processes use): the optimised one, if any, is kept aside and put back at exit, else the
+# sanitized one is removed at exit.
+IDLIST="$ROOT/bpe_cffi/_idlist$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
 echo "== sanitize.sh: building the sanitized extension" >&2
 CC="$CC" BPE_CFFI_SANITIZE=1 "$PY" build_ffi.py >/dev/null
-if [ -n "$IDLIST" ]; then
+if [ -e "$IDLIST" ]; then
     cp "$IDLIST" "$WORK/idlist.so"
     trap 'cp "$WORK/idlist.so" "$IDLIST"; rm -rf "$WORK"; rebuild_normal' EXIT
-    PYINC="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
-    $CC $FLAGS -shared -fPIC -I"$PYINC" csrc/pyext/idlist.c -o "$IDLIST"
+else
+    trap 'rm -f "$IDLIST"; rm -rf "$WORK"; rebuild_normal' EXIT
 fi
+PYINC="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+$CC $FLAGS -shared -fPIC -I"$PYINC" csrc/pyext/idlist.c -o "$IDLIST"
 [ $# -eq 0 ] && set -- tests
 echo "== sanitize.sh: pytest $* under ASan/UBSan" >&2
 LD_PRELOAD="$ASAN_LIB" \
