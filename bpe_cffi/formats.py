@@ -460,12 +460,10 @@ def hf_json_char_level(vocab: dict, merges, special: dict, pattern_regex: str, p
 
 
 def onig_regex(pattern: str) -> str:
-    """The pattern in the dialect of HF's regex engine (Oniguruma, Ruby syntax), where
-    `X{m,n}+` is not possessive but means `(?:X{m,n})+`.  Possessive bounded repeats become
-    greedy ones: in our patterns nothing follows them inside their alternative, so the
-    matches are the same."""
-    import re
-    return re.sub(r"(?<!\\)(\{\d+(?:,\d*)?\})\+", r"\1", pattern)
+    """The pattern in the dialect of HF's regex engine (Oniguruma), for a tokenizer.json:
+    bpe_cffi.regex_dialects.ours_to_onig (ValueError for what Oniguruma cannot say alike)."""
+    from .regex_dialects import ours_to_onig
+    return ours_to_onig(pattern)
 
 
 def write_hf(path, doc: dict) -> None:

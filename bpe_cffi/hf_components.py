@@ -31,17 +31,15 @@ alternating match / non-match spans covering it, and
   merged_with_next: a match joins the span after it.
 `invert` swaps match and non-match first.
 
-Regex semantics.  HF runs regexes with Oniguruma; here they run with the `regex` module
-(V0, Unicode).  Known differences: (1) `X{m,n}+` means `(?:X{m,n})+` in Oniguruma but a
-possessive repeat in `regex`: patterns containing it are refused (ValueError) rather than
-silently changed; (2) successive matches are found as HF's iterator finds them (an empty
-match right after a match is skipped, unlike Python's finditer: see _onig_matches); \\h and
-\\H (a hex digit in Oniguruma, horizontal space in `regex`) are refused too; we know of no
-other syntax the two read differently; (3) the Unicode version of
-character properties (\\p{L}, \\w, \\s, ...) is the `regex` module's, not Oniguruma's, and
-the categories used by Punctuation/Digits/Lowercase/NFC are Python's `unicodedata` and the
-`regex` module's; characters assigned in recent Unicode versions may be classified
-differently.  The tests compare every class with HF's own on real corpora.
+Regex semantics.  HF runs regexes with Oniguruma; here they run with the `regex` module,
+rewritten where the two read the same pattern differently (^ $ \\w \\W \\b \\B), and refused
+(ValueError) where no rewrite is exact (X{m,n}+, \\h, nested classes, the m flag): see
+bpe_cffi/regex_dialects.py.  Successive matches are found as HF's iterator finds them (an
+empty match right after a match is skipped, unlike Python's finditer: see _onig_matches).
+The Unicode version of character properties (\\p{L}, \\s, ...) is the `regex` module's, not
+Oniguruma's, and the categories used by Punctuation/Digits/Lowercase/NFC are Python's
+`unicodedata` and the `regex` module's; characters assigned in recent Unicode versions may be
+classified differently.  The tests compare every class with HF's own on real corpora.
 """
 import unicodedata
 
@@ -87,8 +85,6 @@ _BEHAVIOR_JSON = {"removed": "Removed", "isolated": "Isolated", "contiguous": "C
                   "merged_with_previous": "MergedWithPrevious",
                   "merged_with_next": "MergedWithNext"}
 
-_ONIG_BOUNDED_PLUS = regex.compile(r"(?<!\\)(?:\\\\)*\{\d*(?:,\d*)?\}\+")
-_ONIG_HEX_ESCAPE = regex.compile(r"(?<!\\)(?:\\\\)*\\[hH]")
 
 
 def _behavior(value) -> str:
@@ -100,18 +96,18 @@ def _behavior(value) -> str:
 
 
 def compile_onig(pattern: str):
-    """An Oniguruma (HF) regex compiled with the `regex` module; UnsupportedComponent if it
-    uses a construct whose meaning differs (see the module comment)."""
+    """An Oniguruma (HF) regex compiled with the `regex` module, rewritten where the two read
+    it differently (bpe_cffi.regex_dialects); UnsupportedComponent where no rewrite is
+    exact."""
+    from .regex_dialects import onig_to_ours
     if not isinstance(pattern, str):
         raise UnsupportedComponent(f"regex must be a string, not {type(pattern).__name__}")
-    if _ONIG_BOUNDED_PLUS.search(pattern):
-        raise UnsupportedComponent(f"regex {pattern!r} uses X{{m,n}}+, which Oniguruma reads "
-                                   f"as (?:X{{m,n}})+ and Python as a possessive repeat")
-    if _ONIG_HEX_ESCAPE.search(pattern):
-        raise UnsupportedComponent(f"regex {pattern!r} uses \\h or \\H, a hex digit in "
-                                   f"Oniguruma but horizontal space in Python")
     try:
-        return regex.compile(pattern)
+        ours = onig_to_ours(pattern)
+    except ValueError as exc:
+        raise UnsupportedComponent(str(exc)) from None
+    try:
+        return regex.compile(ours)
     except regex.error as exc:
         raise UnsupportedComponent(f"regex {pattern!r} does not compile: {exc}") from None
 

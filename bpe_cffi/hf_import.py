@@ -269,11 +269,12 @@ def _plain_pattern(pre, byte_level):
 
 def _known_pattern(regex_str: str) -> str:
     """A built-in pattern's name when regex_str is its regex (ours, or the Oniguruma form
-    formats.hf_json writes), else regex_str."""
+    formats.hf_json writes), else regex_str in the regex module's dialect."""
+    from .regex_dialects import onig_to_ours
     for name, (rx, _cid) in patterns.BUILTIN.items():
         if regex_str in (rx, formats.onig_regex(rx)):
             return name
-    return regex_str
+    return onig_to_ours(regex_str)      # as the Split compiled it (hf_components)
 
 
 def _model_options(model, fail) -> dict:

@@ -131,6 +131,35 @@ def test_split_behaviours_match_hf(pattern, behavior, invert, matrix_texts):
         assert a == b, f"Split({pattern!r}, {behavior}, {invert}) on {t[:40]!r}: {first_diff(a, b)}"
 
 
+# Constructs Oniguruma reads differently from the regex module (bpe_cffi/regex_dialects.py),
+# on text with several lines and the characters where their \w differ
+DIALECT_TEXT = ["ab  \ncd  \n  ef", "x\u00b2 10\u00bd a\u200db \u0663 \u00b2", "line\n\nnext ",
+                "می\u200cخواهم کتاب\u200cها", "  \n", "word_under score-dash"]
+DIALECT_PATTERNS = [r"^\s+", r"\s+$", r"^", r"$", r"\w+", r"\W+", r"[\w']+", r"\b", r"\B",
+                    r"\b\w+\b", r"^\w|\w$"]
+
+
+@pytest.mark.parametrize("pattern", DIALECT_PATTERNS)
+def test_regex_dialect_differences_match_hf(pattern, matrix_texts):
+    """^ $ are line anchors in HF and \\w is Letter|Mark|Number|Pc there: our Split and
+    Replace read HF's regexes as HF does."""
+    texts = DIALECT_TEXT + matrix_texts[:6]
+    ours = C.Split(pattern, "isolated", is_regex=True)
+    hf = P.Split(Regex(pattern), "isolated")
+    for t in texts:
+        assert ours.pre_tokenize_str(t) == hf.pre_tokenize_str(t), (pattern, t[:40])
+    ours_r, hf_r = C.Replace(pattern, "#", is_regex=True), N.Replace(Regex(pattern), "#")
+    for t in texts:
+        assert ours_r.normalize_str(t) == hf_r.normalize_str(t), (pattern, t[:40])
+
+
+@pytest.mark.parametrize("pattern", [r"(?m)^x", r"[a[b]]", r"[[:punct:]]", r"[a-z&&b]",
+                                     r"[\W]"])
+def test_regex_dialect_constructs_without_a_rewrite_are_refused(pattern):
+    with pytest.raises(C.UnsupportedComponent, match="uses"):
+        C.Split(pattern, "isolated", is_regex=True)
+
+
 @pytest.mark.parametrize("name", list(PRE))
 def test_pre_tokenizer_json_matches_hf(name):
     ours, hf = PRE[name][0](), PRE[name][1]()

@@ -160,6 +160,27 @@ def test_hf_parity_tiktoken_rule(hf_for, corpus):
     assert diffs <= HF_TIKTOKEN_RULE_BOUND
 
 
+@pytest.mark.parametrize("pattern", [r"\w+|[^\w\s]+|\s+", r"^\s+|\s+$|\S+|\s+",
+                                     r"\b\w+\b|\W+", r"[\w']+|\s+|[^\w\s']+"])
+def test_saved_patterns_mean_the_same_to_hf(tmp_path, pattern):
+    """A pattern with constructs Oniguruma reads differently (\\w, ^, $, \\b: see
+    bpe_cffi/regex_dialects.py) is written to tokenizer.json in Oniguruma's dialect: HF gives
+    our ids, and load() gives them back too."""
+    tokenizers = pytest.importorskip("tokenizers")
+    corpus = tmp_path / "c.txt"
+    texts = ["می\u200cخواهم کتاب\u200cها", "x\u00b2 10\u00bd a\u200db \u0663", "ab  \ncd  \n  ef",
+             "line\n\nnext word_under it's"] + random_texts(seed=9, n=40)
+    corpus.write_text("\n".join(texts * 5), "utf-8")
+    tok = Tokenizer.train(corpus, 320, pattern=pattern)
+    p = tmp_path / "tokenizer.json"
+    tok.save(p)
+    hf = tokenizers.Tokenizer.from_file(str(p))
+    back = load(p)
+    for t in texts:
+        assert hf.encode(t).ids == tok.encode(t), t[:40]
+        assert back.encode(t) == tok.encode(t), t[:40]
+
+
 def test_an_edited_pre_tokenizer_is_followed_as_hf_does(tmp_path):
     """Our saved file also records the pattern for bpe_cffi; when its pre_tokenizer has been
     changed by hand since (another Split regex, or none), load() follows the pre_tokenizer,
