@@ -19,6 +19,7 @@ thread is still encoding with it.
 import gc
 import itertools
 import os
+import re
 import threading
 from array import array
 
@@ -94,6 +95,9 @@ def _split_ids_py(ptr, ends_ptr, n_texts) -> list:
 
 
 _MAX_THREADS = 256     # the C core uses at most this many threads (bpe_thread_count)
+
+
+_BYTE_TOKEN = re.compile(rb"<0x[0-9A-F]{2}>")     # byte_fallback's tokens
 
 
 def _special_hint(b: bytes, special_tokens) -> str:
@@ -551,8 +555,9 @@ class Tokenizer:
     def _build(self, rule, vocab, merges, special, pattern, cache_capacity, ignore_merges,
                extra=None):
         """vocab {id: bytes} (may contain special tokens' bytes under their ids: those are
-        removed from the ordinary tokens, except the unk_token), merges [(bytes, bytes)],
-        special {str: id}, extra: model options and pipeline components (class docstring)."""
+        removed from the ordinary tokens, except the unk_token and, with byte_fallback, the
+        <0xNN> tokens, which the model uses too), merges [(bytes, bytes)], special {str: id},
+        extra: model options and pipeline components (class docstring)."""
         self._ptr = None
         name, regex_str, cpattern = patterns.resolve(pattern)
         if type(cache_capacity) is not int or cache_capacity < 0:
@@ -560,7 +565,11 @@ class Tokenizer:
         opts, unk_id, prefix, suffix = self._options(extra, rule, vocab)
         special_ids = set(special.values())
         vocab = dict(vocab)
-        for i in special_ids.intersection(vocab).difference({unk_id}):
+        kept = {unk_id}
+        if opts["byte_fallback"]:
+            kept.update(i for i in special_ids.intersection(vocab)
+                        if _BYTE_TOKEN.fullmatch(vocab[i]))
+        for i in special_ids.intersection(vocab).difference(kept):
             del vocab[i]
         if len(vocab) != len(set(vocab.values())):
             raise ValueError("vocab: two tokens have the same bytes")

@@ -298,6 +298,24 @@ def test_refusals_name_the_part(built, tmp_path, key, value, match):
         load(q)
 
 
+def test_byte_fallback_tokens_listed_as_added_tokens(tmp_path, train_lines):
+    """HF's trainer puts special_tokens (here the 256 <0xNN> tokens, as some recipes do) in
+    added_tokens and in the model vocab; the model's byte fallback uses them from there.
+    They used to be taken out of our model, which then gave <unk> instead of the bytes."""
+    from tokenizers import Tokenizer as HFTokenizer
+    specials = ["<unk>"] + [f"<0x{b:02X}>" for b in range(256)]
+    hf = HFTokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    hf.pre_tokenizer = P.Metaspace()
+    hf.train_from_iterator(train_lines[:2000], trainers.BpeTrainer(
+        vocab_size=700, special_tokens=specials, show_progress=False))
+    path = tmp_path / "bf.json"
+    hf.save(str(path))
+    ours = load(path)
+    texts = ["hello é", "naïve 日本語 ☃ 🎉", "<0xC3> typed as text"] + train_lines[2000:2100]
+    for t in texts:
+        assert ours.encode(t) == hf.encode(t, add_special_tokens=False).ids, t[:40]
+
+
 def _drop_merges(doc):
     del doc["model"]["merges"]
 
