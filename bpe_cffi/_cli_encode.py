@@ -38,7 +38,9 @@ def add_parser(subparsers) -> None:
                    help="a special token of a vocab.json or .tiktoken tokenizer (repeat for "
                         "several): in a vocab.json it is the token of that text (GPT-2's "
                         "<|endoftext|> is 50256); in a .tiktoken file the ids follow the "
-                        "vocabulary in the order given")
+                        "vocabulary in the order given.  The tokens given are all the special "
+                        "tokens: for a standard .tiktoken file they replace its known ones "
+                        "(name those too to keep them; they keep their ids)")
     p.add_argument("--pattern", metavar="NAME|REGEX",
                    help="split pattern (gpt2, cl100k, o200k or a regex); default: from the "
                         "tokenizer file")
@@ -50,6 +52,16 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true",
                    help="do not draw the progress bar on stderr")
     p.set_defaults(func=run)
+
+
+def _merges_beside(vocab_path):
+    """The merges.txt load() finds beside a vocab.json (see bpe_cffi.load), or None."""
+    d, base = os.path.split(vocab_path)
+    names = [base[:-len("vocab.json")] + "merges.txt"] if base.endswith("vocab.json") else []
+    for name in names + ["merges.txt"]:
+        if os.path.exists(os.path.join(d, name)):
+            return os.path.join(d, name)
+    return None
 
 
 def _is_gpt2_vocab(path) -> bool:
@@ -69,7 +81,10 @@ def _is_gpt2_vocab(path) -> bool:
 def refuse_tokenizer_as_output(args) -> None:
     """ValueError when -o names the tokenizer file (or --merges): the ids would replace it."""
     from . import formats
-    for flag, path in (("--tokenizer", args.tokenizer), ("--merges", args.merges)):
+    merges = args.merges
+    if merges is None and _is_gpt2_vocab(args.tokenizer):
+        merges = _merges_beside(args.tokenizer)          # the one load() will read
+    for flag, path in (("--tokenizer", args.tokenizer), ("--merges", merges)):
         try:
             st = os.stat(path) if path else None
         except OSError:

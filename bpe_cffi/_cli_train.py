@@ -149,9 +149,25 @@ def check_outputs(fmt: str, out: str, inputs) -> None:
                                  f"the text with the vocabulary")
 
 
+def check_specials_fit(args) -> None:
+    """Before the training: a special token that a byte-level tokenizer.json cannot hold (its
+    text is a one-character token of GPT-2's byte alphabet, which every byte-level vocabulary
+    has: 'é', 'Ġ') is refused now, not after the training."""
+    from . import formats
+    if args.format != "hf" or args.char_level:
+        return
+    alphabet = set(formats.byte_to_unicode())
+    for s in args.special_token or ():
+        if s in alphabet:
+            raise ValueError(f"special token {s!r} is the text of a byte's token in a byte-level "
+                             f"tokenizer.json (GPT-2's byte alphabet), which cannot hold both: "
+                             f"use another special token, or --format tiktoken / gpt2")
+
+
 def run(args) -> int:
     from .train import _train
     check_outputs(args.format, args.output, args.files)
+    check_specials_fit(args)
     char_level = None
     options = {"max_token_length": args.max_token_length}
     if args.char_level:

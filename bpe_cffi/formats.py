@@ -487,8 +487,8 @@ def atomic_output(path, *, fsync: bool = True):
     renamed over it when the block ends normally (fsynced first when `fsync`), removed when
     the block raises, so a reader sees the old file or the whole new one.  A symlink is
     followed: the file it points to is replaced and the link kept, as a shell's `>` would.
-    The new file takes the permissions of the one it replaces (a new one: 0666 less the
-    umask), as mkstemp's 0600 would not.
+    The new file takes the permissions (and, where allowed, the owner) of the one it
+    replaces (a new one: 0666 less the umask), as mkstemp's 0600 would not.
     Where `path` is something else that exists (a pipe, a device such as /dev/null or a
     terminal): it is opened and written in place, as it goes; there is nothing to undo if
     the block raises.  A directory is refused (IsADirectoryError)."""
@@ -510,6 +510,12 @@ def atomic_output(path, *, fsync: bool = True):
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(target), dir=directory)
     try:
         os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
+        if st is not None and hasattr(os, "chown") and \
+                (st.st_uid, st.st_gid) != (os.getuid(), os.getgid()):
+            try:                         # the owner too, where allowed (as root)
+                os.chown(tmp, st.st_uid, st.st_gid)
+            except OSError:
+                pass
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()

@@ -435,11 +435,11 @@ def _train(input_path, vocab_size, special_tokens=None, *, pattern="gpt2", num_t
             total = Counter()
             for p in paths:
                 total.update(_count_python(p, regex_str, specials, prog))
+            prog.done = prog.total          # (characters counted fall short of bytes)
             return total
 
         prog.phase = lib.BPE_PHASE_READ
         counts = run_cancellable(count_py, prog, bars)
-        prog.done = prog.total
         _add_words(trainer, counts)
     t1 = time.perf_counter()
     _finish_bar(bars, lib.BPE_PHASE_READ, prog)

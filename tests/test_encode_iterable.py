@@ -109,6 +109,37 @@ def test_custom_regex_with_lookahead_gives_tiktoken_ids_whatever_the_chunking(tm
     assert [int.from_bytes(raw[k:k + 2], "little") for k in range(0, len(raw), 2)] == want
 
 
+class _CountingLib:
+    """bpe_cffi's C library with the bytes handed to bpe_encode_prefix counted."""
+
+    def __init__(self, lib):
+        self._lib, self.scanned = lib, 0
+
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
+
+    def bpe_encode_prefix(self, tok, data, n, *rest):
+        self.scanned += n
+        return self._lib.bpe_encode_prefix(tok, data, n, *rest)
+
+
+def test_a_tail_without_a_cut_is_not_scanned_again_at_every_chunk(monkeypatch):
+    """Blank lines read one by one make one growing piece that has no place to cut: the
+    encoder scanned the whole tail again at every line (quadratic: 100K lines took 12 s
+    against 1 ms for encode).  The bytes scanned now stay within a few times the text."""
+    import bpe_cffi.tokenizer as T
+    tok = ours("gpt2")
+    counting = _CountingLib(T.lib)
+    monkeypatch.setattr(T, "lib", counting)
+    lines = ["x\n"] + ["\n"] * 20_000 + ["y"]
+    assert list(tok.encode_iterable(lines)) == tok.encode("".join(lines))
+    assert counting.scanned < 8 * len("".join(lines)), counting.scanned
+    counting.scanned = 0
+    words = [f"word{i} " for i in range(5000)]        # ordinary text: still lazy, chunk by chunk
+    assert list(tok.encode_iterable(words)) == tok.encode("".join(words))
+    assert counting.scanned < 3 * len("".join(words))
+
+
 def test_iterable_rejects_non_str():
     tok = ours("gpt2")
     with pytest.raises(TypeError):

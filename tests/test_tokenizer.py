@@ -338,6 +338,36 @@ def test_encode_file_refuses_to_replace_its_input(tmp_path, how):
 
 
 @pytest.mark.parametrize("python_split", [False, True], ids=["C", "regex"])
+def test_encode_file_reads_a_named_pipe(tmp_path, python_split):
+    """A FIFO as the input is read once, by the encoder: it was opened (and closed) first
+    for the same-file check, which killed its writer and lost the text."""
+    import os
+    import threading
+    from conftest import vocab_path
+    from bpe_cffi import Tokenizer
+    from bpe_cffi.patterns import GPT2
+    tok = ours("gpt2") if not python_split else Tokenizer.from_files(
+        vocab_path("gpt2_vocab.json"), vocab_path("gpt2_merges.txt"), pattern="(?:" + GPT2 + ")")
+    text = "hello world, hello pipes\n" * 2000
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text(text), daemon=True)
+    writer.start()
+    out = tmp_path / "out.bin"
+    result = []                                # in a thread: the old code blocked forever
+    job = threading.Thread(target=lambda: result.append(tok.encode_file(fifo, out,
+                                                                         progress=False)),
+                           daemon=True)
+    job.start()
+    job.join(60)
+    writer.join(30)
+    assert result == [len(tok.encode(text))]
+    raw = out.read_bytes()
+    assert [int.from_bytes(raw[k:k + 2], "little") for k in range(0, len(raw), 2)] == \
+        tok.encode(text)
+
+
+@pytest.mark.parametrize("python_split", [False, True], ids=["C", "regex"])
 def test_encode_file_output_through_links_pipes_and_devices(tmp_path, python_split):
     """Where output_path is a symlink, the file it points to gets the ids (the link stays);
     a pipe or a device (/dev/null) is written in place, not replaced by a regular file; a
