@@ -65,8 +65,9 @@ def _merges_beside(vocab_path):
 
 
 def _is_gpt2_vocab(path) -> bool:
-    """True unless path is plainly another format (.tiktoken, or a JSON object with a
-    "model", as a tokenizer.json has); load() gives the precise error otherwise."""
+    """True unless path is plainly another format (.tiktoken, or a JSON object whose "model"
+    is an object, as in a tokenizer.json: GPT-2's vocab.json has a token "model");
+    load() gives the precise error otherwise."""
     import json
     if str(path).endswith(".tiktoken"):
         return False
@@ -75,7 +76,7 @@ def _is_gpt2_vocab(path) -> bool:
             doc = json.loads(f.read())
     except (OSError, ValueError):
         return True
-    return not (isinstance(doc, dict) and "model" in doc)
+    return not (isinstance(doc, dict) and isinstance(doc.get("model"), dict))
 
 
 def refuse_tokenizer_as_output(args) -> None:

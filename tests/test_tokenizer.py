@@ -660,6 +660,35 @@ def test_cli_encode_special_tokens(tmp_path, capsys):
     assert "--pattern is empty" in capsys.readouterr().err
 
 
+def test_cli_encode_refuses_the_merges_found_beside_the_vocab(tmp_path, capsys):
+    import shutil
+    from conftest import vocab_path
+    from bpe_cffi import cli
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(vocab_path("gpt2_" + name), tmp_path / name)
+    src = tmp_path / "in.txt"
+    src.write_text("hello world")
+    before = (tmp_path / "merges.txt").read_bytes()
+    assert cli.main(["encode", "--tokenizer", str(tmp_path / "vocab.json"), str(src), "-o",
+                     str(tmp_path / "merges.txt"), "--no-progress"]) == 1
+    assert "--merges file" in capsys.readouterr().err
+    assert (tmp_path / "merges.txt").read_bytes() == before
+
+
+def test_replaced_output_keeps_its_owner(tmp_path):
+    """As a shell's > does (only root can give a file to another owner)."""
+    import os
+    if os.getuid() != 0:
+        pytest.skip("needs root to create a file owned by another user")
+    tok = ours("gpt2")
+    src, out = tmp_path / "in.txt", tmp_path / "out.bin"
+    src.write_text("hello world")
+    out.write_bytes(b"old")
+    os.chown(out, 65534, 65534)
+    tok.encode_file(src, out, progress=False)
+    assert (out.stat().st_uid, out.stat().st_gid) == (65534, 65534)
+
+
 def test_cli_encode_sigterm_leaves_nothing(tmp_path):
     """SIGTERM (a scheduler stopping the job) during `bpe-cffi encode` is taken like Ctrl-C:
     exit code 143 soon after, the existing output kept as it was, no temporary file."""

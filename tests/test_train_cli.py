@@ -84,6 +84,19 @@ def test_outputs_that_would_replace_an_input_are_refused_before_training(tmp_pat
     assert os.listdir(tmp_path / "out") == []
 
 
+def test_a_special_token_a_tokenizer_json_cannot_hold_is_refused_first(tmp_path):
+    a = tmp_path / "a.txt"
+    a.write_text("héllo wörld " * 50)
+    for special in ("é", "Ġ"):
+        r = cli(a, "--vocab-size", 300, "--special-token", special, "-o", tmp_path / "o.json")
+        assert r.returncode == 1 and "byte alphabet" in r.stderr, r.stderr
+        assert "counting" not in r.stderr                   # before any training
+    assert not (tmp_path / "o.json").exists()
+    r = cli(a, "--vocab-size", 300, "--special-token", "é", "--format", "tiktoken", "-q",
+            "-o", tmp_path / "o.tiktoken")
+    assert r.returncode == 0, r.stderr
+
+
 def test_a_vocabulary_of_another_size_is_explained(tmp_path):
     """Fewer tokens than --vocab-size (nothing left to merge) or more (the alphabet alone is
     bigger): the run succeeds and says why."""
