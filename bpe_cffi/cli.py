@@ -4,6 +4,7 @@ import argparse
 import importlib
 import signal
 import sys
+import threading
 
 from . import __version__
 
@@ -39,7 +40,20 @@ class Terminated(KeyboardInterrupt):
 
 
 def _terminate(signum, frame):
+    _ignore_more()
     raise Terminated()
+
+
+def _interrupt(signum, frame):
+    _ignore_more()
+    raise KeyboardInterrupt()
+
+
+def _ignore_more() -> None:
+    """After the first Ctrl-C or SIGTERM the command is ending: further ones would only
+    interrupt its cleanup (the temporary output's removal) with a traceback."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def main(argv=None) -> int:
@@ -48,8 +62,29 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
-    if args.command in ("encode", "train"):     # serve handles SIGTERM itself (a drain)
+    previous = {}
+    if args.command in ("encode", "train") and \
+            threading.current_thread() is threading.main_thread():
+        # serve handles SIGTERM itself (a drain); put back on return (main() may be called
+        # from a program, a test)
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
         signal.signal(signal.SIGTERM, _terminate)
+        if previous[signal.SIGINT] is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _interrupt)
+    try:
+        rc = _run(args)
+    except BaseException:
+        rc = None
+        raise
+    finally:
+        if rc not in (130, 143):   # ended by a signal: they stay ignored while it exits
+            for sig, handler in previous.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
+    return rc
+
+
+def _run(args) -> int:
     try:
         return int(args.func(args) or 0)
     except Terminated:

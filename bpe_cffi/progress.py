@@ -76,43 +76,52 @@ class Bar:
             self.drawn = False
 
 
-class _SigintRecorded:
-    """Between install() and restore(), Ctrl-C in the main thread is recorded (.caught)
-    instead of running the handler; restore() puts the handler back and calls it for a
-    recorded Ctrl-C (so KeyboardInterrupt is raised there).  run_cancellable starts its
-    worker in between: a KeyboardInterrupt raised while the thread starts (a signal that
-    came during the C work just before is handled at the first bytecode after, possibly
-    inside Thread.start) would otherwise leave with the worker running, and the caller would
-    free buffers the C call still writes.  Does nothing outside the main thread (no signal
-    arrives there) or when the handler was not set from Python."""
+class _SignalsRecorded:
+    """Between install() and restore(), SIGINT (and SIGTERM where Python handles it) in the
+    main thread are recorded instead of running their handlers, and `on_signal` is called
+    (run_cancellable: set progress.cancel, so the C call stops).  restore() puts the handlers
+    back and calls the one of the first signal recorded (Python's SIGINT handler raises
+    KeyboardInterrupt; the system default ends the process; SIG_IGN ignores it).
 
-    def __init__(self):
-        self.caught = False
-        self.old = None
+    Why.  A handler that raises, run while the main thread waits for the worker (a
+    Condition's wait, or Thread.start), can leave that wait's lock in a broken state when a
+    second signal comes during its cleanup: two quick SIGTERMs left the CLI hung for good
+    (1 in 40) or ended it with 'release unlocked lock'.  Recording never raises; the handler
+    runs once the C call has returned.  Does nothing outside the main thread (no signal
+    arrives there) or for a handler not set from Python (SIGTERM's default, C code's)."""
+
+    def __init__(self, on_signal=None):
+        self.caught = []
+        self.old = {}
+        self.on_signal = on_signal
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
-        old = signal.getsignal(signal.SIGINT)
-        if old is None:                      # set by C code: cannot be put back
-            return
-        self.old = old
-        signal.signal(signal.SIGINT, self._record)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old = signal.getsignal(sig)
+            if old is None or (sig == signal.SIGTERM and not callable(old)):
+                continue                     # C code's, or the system's for SIGTERM
+            self.old[sig] = old
+            signal.signal(sig, self._record)
 
     def _record(self, signum, frame):
-        self.caught = True
+        self.caught.append(signum)
+        if self.on_signal is not None and self.old.get(signum) != signal.SIG_IGN:
+            self.on_signal()
 
     def restore(self) -> None:
-        old, self.old = self.old, None
-        if old is None:
+        old, self.old = self.old, {}
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        first = next((sig for sig in self.caught if sig in old), None)
+        if first is None:
             return
-        signal.signal(signal.SIGINT, old)
-        if not self.caught:
-            return
-        if callable(old):
-            old(signal.SIGINT, None)         # Python's default raises KeyboardInterrupt
-        elif old == signal.SIG_DFL:
-            signal.raise_signal(signal.SIGINT)   # the system's default: end the process
+        handler = old[first]
+        if callable(handler):
+            handler(first, None)             # Python's SIGINT default raises KeyboardInterrupt
+        elif handler == signal.SIG_DFL:
+            signal.raise_signal(first)       # the system's default: end the process
 
 
 def _wait_surely(done, thread) -> None:
@@ -152,20 +161,19 @@ def run_cancellable(call, progress_struct, bars=None):
             done.set()
 
     thread = threading.Thread(target=worker, name="bpe_cffi-call", daemon=True)
-    sigint = _SigintRecorded()
-    sigint.install()
+    signals = _SignalsRecorded(lambda: setattr(progress_struct, "cancel", 1))
+    signals.install()                # until the call has returned: see _SignalsRecorded
     try:
         thread.start()
     except RuntimeError:             # no thread can be started now: run the call here
-        sigint.restore()             # (without progress bars, and Ctrl-C waits for it)
+        signals.restore()            # (without progress bars, and Ctrl-C waits for it)
         return call()
     except BaseException:
-        sigint.restore()
+        signals.restore()
         raise
     shown = None      # the bar drawn last
     last = (0, 0)     # (done, total) as last seen for that bar
     try:
-        sigint.restore()             # from here a Ctrl-C raises, and is handled below
         while not done.wait(0.05):
             if not bars:
                 continue
@@ -183,10 +191,12 @@ def run_cancellable(call, progress_struct, bars=None):
         _wait_surely(done, thread)
         if shown is not None:
             shown.close()
+        signals.restore()
         raise
     if shown is not None:
         shown.update(progress_struct.done, progress_struct.total, force=True)
         shown.close()
+    signals.restore()                # a signal recorded meanwhile: its handler runs now
     if "error" in result:
         raise result["error"]
     return result.get("value")

@@ -941,7 +941,11 @@ class Tokenizer:
     def encode_iterable(self, iterable):
         """Yield the ids of the concatenation of the strings of `iterable` (e.g. an open text
         file), lazily, holding only about one chunk in memory.  The ids equal
-        encode("".join(iterable)) even where a chunk boundary cuts a piece or special token."""
+        encode("".join(iterable)) even where a chunk boundary cuts a piece or special token:
+        always with the built-in patterns; with a regex pattern, for a regex whose pieces
+        depend on at most the next piece (the GPT-style ones) - one with a lookbehind, \\b, or
+        a lookahead past the next piece may split differently at a chunk boundary (so may
+        encode_file, which reads such a tokenizer's file by lines)."""
         if isinstance(iterable, str):
             iterable = (iterable,)
         self._refuse_components("encode_iterable")

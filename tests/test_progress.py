@@ -59,7 +59,7 @@ def test_training_prints_each_phase_once(tmp_path):
 SIGINT_SCRIPT = r"""
 import os, signal, sys, time
 sys.path[:0] = {paths!r}
-from bpe_cffi.progress import _SigintRecorded
+from bpe_cffi.progress import _SignalsRecorded
 kind = {kind!r}
 seen = []
 if kind == "ignore":
@@ -68,11 +68,11 @@ elif kind == "custom":
     signal.signal(signal.SIGINT, lambda s, f: seen.append(s))
 elif kind == "system":
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-rec = _SigintRecorded()
+rec = _SignalsRecorded()
 rec.install()
 os.kill(os.getpid(), signal.SIGINT)     # while recorded: no handler runs
 time.sleep(0.05)
-print("recorded", rec.caught, seen == [], flush=True)
+print("recorded", rec.caught == [signal.SIGINT], seen == [], flush=True)
 try:
     rec.restore()                       # now the handler that was there sees it
     print("after", seen == [signal.SIGINT], signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
