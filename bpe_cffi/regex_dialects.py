@@ -96,34 +96,42 @@ def _flag_group(pattern: str, k: int, toks) -> str:
     return letters
 
 
-def onig_to_ours(pattern: str) -> str:
-    """The regex-module pattern that matches what Oniguruma matches with `pattern`."""
-    import re
-    if re.search(r"(?<!\\)(?:\\\\)*\{\d*(?:,\d*)?\}\+", pattern):
-        _refuse(pattern, "X{m,n}+, which Oniguruma reads as (?:X{m,n})+ and the regex module "
-                         "as a possessive repeat")
+def _rewrite(pattern: str, word: str, word_in_class: str, anchors: dict,
+             m_flag: str) -> str:
+    """pattern with \\w \\W \\b \\B spelled by the word class `word` (`word_in_class` for \\w
+    inside a class) and the anchors of `anchors` replaced; ValueError for the constructs
+    without an exact rewrite (m_flag: why the m flag is one)."""
     toks = list(_tokens(pattern))
     out = []
     for k, (tok, in_class) in enumerate(toks):
         nxt = toks[k + 1][0] if k + 1 < len(toks) else ""
         _common_checks(pattern, tok, in_class, nxt)
         if not in_class and "m" in _flag_group(pattern, k, toks):
-            _refuse(pattern, "the m flag (dot matches newline in Oniguruma)")
+            _refuse(pattern, m_flag)
         if tok == "\\w":
-            out.append(ONIG_WORD_IN_CLASS if in_class else f"[{ONIG_WORD}]")
+            out.append(word_in_class if in_class else f"[{word}]")
         elif tok == "\\W":
             if in_class:
                 _refuse(pattern, "\\W inside a character class")
-            out.append(f"[^{ONIG_WORD}]")
+            out.append(f"[^{word}]")
         elif tok in ("\\b", "\\B") and not in_class:
-            out.append(_boundary(ONIG_WORD, tok == "\\B"))
-        elif tok == "^" and not in_class:
-            out.append(ONIG_LINE_START)
-        elif tok == "$" and not in_class:
-            out.append(ONIG_LINE_END)
+            out.append(_boundary(word, tok == "\\B"))
+        elif tok in anchors and not in_class:
+            out.append(anchors[tok])
         else:
             out.append(tok)
     return "".join(out)
+
+
+def onig_to_ours(pattern: str) -> str:
+    """The regex-module pattern that matches what Oniguruma matches with `pattern`."""
+    import re
+    if re.search(r"(?<!\\)(?:\\\\)*\{\d*(?:,\d*)?\}\+", pattern):
+        _refuse(pattern, "X{m,n}+, which Oniguruma reads as (?:X{m,n})+ and the regex module "
+                         "as a possessive repeat")
+    return _rewrite(pattern, ONIG_WORD, ONIG_WORD_IN_CLASS,
+                    {"^": ONIG_LINE_START, "$": ONIG_LINE_END},
+                    "the m flag (dot matches newline in Oniguruma)")
 
 
 def ours_to_onig(pattern: str) -> str:
@@ -141,28 +149,8 @@ def ours_to_onig(pattern: str) -> str:
 
 def _ours_to_onig(pattern: str) -> str:
     multiline = pattern.startswith("(?m)")
-    if multiline:
+    if multiline:                        # Oniguruma's ^ $ are line anchors already
         pattern = pattern[len("(?m)"):]
-    toks = list(_tokens(pattern))
-    out = []
-    for k, (tok, in_class) in enumerate(toks):
-        nxt = toks[k + 1][0] if k + 1 < len(toks) else ""
-        _common_checks(pattern, tok, in_class, nxt)
-        if not in_class and "m" in _flag_group(pattern, k, toks):
-            _refuse(pattern, "the m flag other than a leading (?m) (it means something else "
-                             "in Oniguruma)")
-        if tok == "\\w":
-            out.append(OURS_WORD if in_class else f"[{OURS_WORD}]")
-        elif tok == "\\W":
-            if in_class:
-                _refuse(pattern, "\\W inside a character class")
-            out.append(f"[^{OURS_WORD}]")
-        elif tok in ("\\b", "\\B") and not in_class:
-            out.append(_boundary(OURS_WORD, tok == "\\B"))
-        elif tok == "^" and not in_class and not multiline:
-            out.append("\\A")
-        elif tok == "$" and not in_class and not multiline:
-            out.append("\\Z")
-        else:
-            out.append(tok)
-    return "".join(out)
+    return _rewrite(pattern, OURS_WORD, OURS_WORD, {} if multiline else {"^": "\\A", "$": "\\Z"},
+                    "the m flag other than a leading (?m) (it means something else in "
+                    "Oniguruma)")
