@@ -65,7 +65,8 @@ encodes identically (tests/test_train_cli.py), but for characters assigned in re
 versions, which HF's Oniguruma does not know as letters (README, Known gaps).  A .tiktoken
 file holds ranks (rank = id), and tiktoken merges the adjacent pair whose concatenation has
 the lowest rank rather than following the merge list; the two agree unless one token can be
-built by two merge paths.  Measured on 300 KB of each corpus at vocab 3000: 0 differing pieces of 4,000-12,000 distinct ones.
+built by two merge paths.  Measured on 300 KB of each corpus at vocab 3000: 0 differing
+pieces of 4,000-12,000 distinct ones.
 
 Cost: counting is linear in the text; each merge touches only the words holding the pair and
 costs O(length) for each of them, so one enormous pre-token (a 1 MB line without spaces)
