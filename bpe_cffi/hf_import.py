@@ -343,9 +343,6 @@ def _checked_id(value, where, fail) -> int:
     return value
 
 
-_BYTE_TOKEN = __import__("re").compile(r"<0x[0-9A-F]{2}>")
-
-
 def _vocab_and_merges(model, special, byte_level, path, text, fail):
     raw_vocab = model.get("vocab")
     if not isinstance(raw_vocab, dict):
@@ -356,12 +353,7 @@ def _vocab_and_merges(model, special, byte_level, path, text, fail):
     if not isinstance(raw_merges, list):
         fail("model.merges must be a list")
     # added tokens may also appear in model.vocab, as raw strings: they are special here.
-    # (but with byte_fallback, a <0xXX> token stays the model's too: HF's fallback finds the
-    # byte tokens in the model vocab, also when the trainer listed them as special tokens)
-    keep_bytes = model.get("byte_fallback") is True
-    raw_vocab = {s: i for s, i in raw_vocab.items()
-                 if not (s in special and special[s] == i and
-                         not (keep_bytes and _BYTE_TOKEN.fullmatch(s)))}
+    raw_vocab = {s: i for s, i in raw_vocab.items() if not (s in special and special[s] == i)}
     if byte_level:
         vocab = formats.vocab_from_token_strings(raw_vocab, path, text)
 
