@@ -96,9 +96,6 @@ def _split_ids_py(ptr, ends_ptr, n_texts) -> list:
     return out
 
 
-_MAX_THREADS = 256     # the C core uses at most this many threads (bpe_thread_count)
-
-
 _BYTE_TOKEN = re.compile(rb"<0x[0-9A-F]{2}>")     # byte_fallback's tokens
 
 
@@ -133,13 +130,13 @@ def _numbered_after(vocab: dict, known: dict, names) -> dict:
 
 def _c_threads(num_threads) -> int:
     """num_threads as the C calls take it: 0 for one per core (None or 0), else at most
-    _MAX_THREADS (what C would use anyway; a larger int does not fit its int)."""
+    BPE_MAX_THREADS (what C would use anyway; a larger int does not fit its int)."""
     if num_threads is None:
         return 0
     if type(num_threads) is not int or num_threads < 0:
         raise ValueError(f"num_threads must be an int >= 1 (None or 0: one per core), not "
                          f"{num_threads!r}")
-    return min(num_threads, _MAX_THREADS)
+    return min(num_threads, lib.BPE_MAX_THREADS)
 
 
 class _GCPaused:

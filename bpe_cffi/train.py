@@ -298,9 +298,9 @@ def _new_trainer(cid, vocab_size, specials, min_frequency, num_threads, block_si
     cfg.pattern = cid
     cfg.vocab_size = vocab_size
     # values past what C's fields hold mean the same as C's largest: no count reaches such a
-    # minimum, and C uses at most 256 threads
+    # minimum, and C uses at most BPE_MAX_THREADS threads
     cfg.min_frequency = min(min_frequency or 0, 2**64 - 1)
-    cfg.n_threads = min(num_threads or 0, 256)
+    cfg.n_threads = min(num_threads or 0, lib.BPE_MAX_THREADS)
     cfg.block_size = block_size or 0
     cfg.parallel_words = parallel_words or 0
     cfg.long_word = long_word or 0

@@ -33,8 +33,8 @@ int bpe_thread_count(int n_threads, size_t work_items)
         if (n < 1)
             n = 1;
     }
-    if (n > 256)
-        n = 256;
+    if (n > BPE_MAX_THREADS)
+        n = BPE_MAX_THREADS;
     if ((size_t)n > work_items)
         n = (long)(work_items ? work_items : 1);
     return (int)n;
@@ -54,10 +54,10 @@ static void *runner_main(void *p)
 
 void bpe_run_threads(int n, void (*fn)(void *), void *ctx)
 {
-    pthread_t ids[256];
+    pthread_t ids[BPE_MAX_THREADS];
     runner_arg arg = {fn, ctx};
     int started = 0, i;
-    for (i = 1; i < n && i < 256; i++) {
+    for (i = 1; i < n && i < BPE_MAX_THREADS; i++) {
         if (pthread_create(&ids[started], NULL, runner_main, &arg) != 0)
             break;   /* fewer threads: still correct, the others take the work */
         started++;

@@ -75,6 +75,8 @@ typedef struct bpe_progress {
 #define BPE_PHASE_READ 0     /* reading and counting / encoding bytes */
 #define BPE_PHASE_MERGE 1    /* training: merges */
 
+#define BPE_MAX_THREADS 256  /* the most threads any call uses, whatever n_threads asks */
+
 /* ---- the tokenizer ------------------------------------------------------------------ */
 
 /* Which pair merges first. */

@@ -113,8 +113,8 @@ int bpe_trainer_new(const bpe_trainer_config *config, bpe_trainer **out)
     t->vocab_size = config->vocab_size;
     t->min_frequency = config->min_frequency;
     t->n_threads = config->n_threads ? config->n_threads : default_threads();
-    if (t->n_threads > 256)
-        t->n_threads = 256;
+    if (t->n_threads > BPE_MAX_THREADS)
+        t->n_threads = BPE_MAX_THREADS;
     t->block_size = config->block_size ? config->block_size : DEFAULT_BLOCK;
     t->parallel_words = config->parallel_words ? config->parallel_words : 2048;
     t->long_word = config->long_word ? config->long_word : 64;
