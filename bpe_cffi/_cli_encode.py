@@ -54,16 +54,6 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _merges_beside(vocab_path):
-    """The merges.txt load() finds beside a vocab.json (see bpe_cffi.load), or None."""
-    d, base = os.path.split(vocab_path)
-    names = [base[:-len("vocab.json")] + "merges.txt"] if base.endswith("vocab.json") else []
-    for name in names + ["merges.txt"]:
-        if os.path.exists(os.path.join(d, name)):
-            return os.path.join(d, name)
-    return None
-
-
 def _is_gpt2_vocab(path) -> bool:
     """True unless path is plainly another format (.tiktoken, or a JSON object whose "model"
     is an object, as in a tokenizer.json: GPT-2's vocab.json has a token "model");
@@ -79,12 +69,15 @@ def _is_gpt2_vocab(path) -> bool:
     return not (isinstance(doc, dict) and isinstance(doc.get("model"), dict))
 
 
-def refuse_tokenizer_as_output(args) -> None:
-    """ValueError when -o names the tokenizer file (or --merges): the ids would replace it."""
+def refuse_tokenizer_as_output(args, gpt2_vocab: bool) -> None:
+    """ValueError when -o names the tokenizer file or the merges file load() reads with it
+    (--merges, or beside a GPT-2 vocab.json): the ids would replace it."""
     from . import formats
+    from .tokenizer import merges_candidates
     merges = args.merges
-    if merges is None and _is_gpt2_vocab(args.tokenizer):
-        merges = _merges_beside(args.tokenizer)          # the one load() will read
+    if merges is None and gpt2_vocab:
+        merges = next((m for m in merges_candidates(args.tokenizer) if os.path.exists(m)),
+                      None)
     for flag, path in (("--tokenizer", args.tokenizer), ("--merges", merges)):
         try:
             st = os.stat(path) if path else None
@@ -96,6 +89,7 @@ def refuse_tokenizer_as_output(args) -> None:
 
 
 def run(args) -> int:
+    from . import formats
     from .tokenizer import load
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be at least 1, not {args.threads}")
@@ -103,12 +97,9 @@ def run(args) -> int:
         raise FileNotFoundError(2, "input file not found", args.input)
     if os.path.isdir(args.input):
         raise IsADirectoryError(21, "the input is a directory", args.input)
-    if args.output == "" or os.path.isdir(args.output):
-        raise IsADirectoryError(21, "the output is a directory", args.output)
-    out_dir = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(out_dir):
-        raise FileNotFoundError(2, "output directory does not exist", out_dir)
-    refuse_tokenizer_as_output(args)
+    formats.check_output_path(args.output)
+    gpt2_vocab = _is_gpt2_vocab(args.tokenizer)
+    refuse_tokenizer_as_output(args, gpt2_vocab)
     kw = {}
     if args.pattern is not None:
         if not args.pattern:
@@ -116,7 +107,7 @@ def run(args) -> int:
         kw["pattern"] = args.pattern
     if args.special_token:
         kw["special_tokens"] = args.special_token
-    if args.merges and not _is_gpt2_vocab(args.tokenizer):
+    if args.merges and not gpt2_vocab:
         raise ValueError(f"--merges goes with a GPT-2 vocab.json; {args.tokenizer} is not one "
                          f"(a tokenizer.json or .tiktoken holds its own merges)")
     source = (args.tokenizer, args.merges) if args.merges else args.tokenizer

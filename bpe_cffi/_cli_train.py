@@ -129,11 +129,7 @@ def check_outputs(fmt: str, out: str, inputs) -> None:
     an input (or each other)."""
     from . import formats
     paths = output_paths(fmt, out)
-    if out == "" or os.path.isdir(out):
-        raise IsADirectoryError(21, "the output is a directory", out)
-    out_dir = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(out_dir):
-        raise FileNotFoundError(2, "output directory does not exist", out_dir)
+    formats.check_output_path(out)
     if len(paths) == 2 and (os.path.basename(out) == "merges.txt" or
                             os.path.abspath(out) == os.path.abspath(paths[1])):
         raise ValueError(f"--format gpt2 writes merges.txt beside the vocabulary: -o {out} "

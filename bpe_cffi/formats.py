@@ -532,6 +532,18 @@ def atomic_output(path, *, fsync: bool = True):
         _fsync_directory(directory)
 
 
+def check_output_path(path) -> None:
+    """Before long work whose result goes to `path` (the CLI's -o): IsADirectoryError for a
+    directory or an empty path, FileNotFoundError when the directory to put it in is
+    missing."""
+    path = os.fspath(path)
+    if path == "" or os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, "the output is a directory", path)
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(errno.ENOENT, "output directory does not exist", directory)
+
+
 def same_file(path, st) -> bool:
     """True when `path` (through symlinks) is the file whose os.stat is st."""
     try:

@@ -1580,6 +1580,17 @@ def _load_hf(p, doc, text, pattern, special_tokens, kw) -> Tokenizer:
                                  parts["pattern"], **kw)
 
 
+def merges_candidates(vocab_path) -> list:
+    """Where load() looks for the merges of a GPT-2 vocab.json, in order: `<prefix>merges.txt`
+    for a `<prefix>vocab.json`, then `merges.txt`, beside it."""
+    d, base = os.path.split(os.fspath(vocab_path))
+    out = []
+    if base.endswith("vocab.json"):
+        out.append(os.path.join(d, base[:-len("vocab.json")] + "merges.txt"))
+    out.append(os.path.join(d, "merges.txt"))
+    return out
+
+
 def load(path, *, pattern: str = None, special_tokens=None, **kw) -> Tokenizer:
     """Load a tokenizer from any supported file:
       - a tokenizer.json (HuggingFace format: as written by Tokenizer.save, or any BPE model
@@ -1613,11 +1624,7 @@ def load(path, *, pattern: str = None, special_tokens=None, **kw) -> Tokenizer:
         raise ValueError(f"{p}: neither a tokenizer.json (no \"model\" object) nor a GPT-2 "
                          f"vocab.json (an object of token: id)")
     # a GPT-2 vocab.json: find merges.txt beside it
-    d, base = os.path.split(p)
-    candidates = []
-    if base.endswith("vocab.json"):
-        candidates.append(os.path.join(d, base[:-len("vocab.json")] + "merges.txt"))
-    candidates.append(os.path.join(d, "merges.txt"))
+    candidates = merges_candidates(p)
     for m in candidates:
         if os.path.exists(m):
             return Tokenizer.from_files(p, m, special_tokens, pattern=pattern or "gpt2", **kw)
