@@ -257,17 +257,15 @@ class StreamStore:
         d, st.deferred = st.deferred, None
         if self.streams.get(key) is st:
             self._remove(key)
-        self.dead[key] = (code, message, st.touched)
-        self.dead.move_to_end(key)
-        while len(self.dead) > self.MAX_DEAD:
-            self.dead.popitem(last=False)
+        self._tombstone(key, code, message, st.touched)
         return d
 
-    def _remember_done(self, key, final_seq, now):
-        """A completed stream leaves a tombstone too (code None, its final seq), for
-        stream_idle_s: a resend of one of its chunks is then acknowledged as a resend instead
-        of opening a new stream that would wait forever for its chunk 0."""
-        self.dead[key] = (None, final_seq, now)
+    def _tombstone(self, key, code, message, touched):
+        """Remembers a stream that is gone, newest last: (code, message) for a failed one,
+        (None, its final seq) for a completed one (a resend of one of its chunks is then
+        acknowledged as a resend instead of opening a new stream that would wait forever
+        for its chunk 0).  At most MAX_DEAD, the oldest forgotten first."""
+        self.dead[key] = (code, message, touched)
         self.dead.move_to_end(key)
         while len(self.dead) > self.MAX_DEAD:
             self.dead.popitem(last=False)
@@ -360,7 +358,7 @@ class StreamStore:
             d, st.deferred = st.deferred, None
             if self.streams.get(key) is st:
                 self._remove(key)
-                self._remember_done(key, st.final_seq, time.monotonic())
+                self._tombstone(key, None, st.final_seq, time.monotonic())
             return d
 
     def fail(self, key, st, code, message):
@@ -379,10 +377,7 @@ class StreamStore:
             if st is None:
                 # maybe its chunks are still on their way: they will find the tombstone
                 existed = key in self.dead
-                self.dead[key] = (P.E_STREAM, "stream aborted", time.monotonic())
-                self.dead.move_to_end(key)
-                while len(self.dead) > self.MAX_DEAD:
-                    self.dead.popitem(last=False)
+                self._tombstone(key, P.E_STREAM, "stream aborted", time.monotonic())
                 return existed, None
             return True, self._fail(key, st, P.E_STREAM, "stream aborted")
 
