@@ -355,7 +355,9 @@ class Tokenizer:
         chunks take streams in the order threads reach them, so ids vary run to run (the
         distribution does not).  None: a random seed.
       unk_token=None: the token that stands for a character (byte) with no token; None drops
-        such characters (as HF does).  ValueError if it is not in the vocabulary.
+        such characters (as HF does; so does a byte-level vocabulary lacking some single-byte
+        tokens, trained by HF without its initial alphabet).  ValueError if it is not in the
+        vocabulary.  (A tiktoken vocabulary lacking a byte raises ValueError at encode.)
       fuse_unk=False: consecutive unknown characters become one unk_token.
       byte_fallback=False: a character with no token becomes the tokens "<0xNN>" of its
         UTF-8 bytes if all exist, else unk_token.
@@ -1425,8 +1427,10 @@ class Tokenizer:
                              "available with a normalizer, pre_tokenizer, unk_token, "
                              "byte_fallback, continuing_subword_prefix or end_of_word_suffix")
         ids, spans = encode_with_offsets(self, text, ordinary=ordinary, **encode_kwargs)
-        if (not o["byte_level"] or o["dropout"]) and (spans[-1][1] if spans else 0) != len(
-                text):
+        # A character dropped for want of a token (character-level, or a byte-level
+        # vocabulary lacking a lead or ASCII byte) shifts every later span, and the spans
+        # then end before the text does; a dropped continuation byte shifts nothing.
+        if (spans[-1][1] if spans else 0) != len(text):
             raise ValueError("encode_with_offsets: some characters of the text have no token "
                              "and were dropped (pass unk_token), so offsets cannot be given")
         return ids, spans

@@ -36,7 +36,8 @@
 #define BPE_ERR_CANCELLED 8    /* the caller set progress->cancel */
 #define BPE_ERR_THREAD 9       /* a thread could not be started */
 #define BPE_ERR_TOOBIG 10      /* a size overflows (text > 4 GiB per piece, too many ids) */
-#define BPE_ERR_NOBYTE 11      /* a byte of the text has no token (vocab lacks single bytes) */
+#define BPE_ERR_NOBYTE 11      /* a byte of the text has no token (a tiktoken vocab lacking
+                                  single bytes; merge-list ones drop such bytes, as HF) */
 #define BPE_ERR_TEXT 12        /* a text has a code point above U+10FFFF (bpe_batch_start's
                                   UCS-4 texts) */
 

@@ -1,8 +1,9 @@
 /*
  * model.c - BPE of one piece under HuggingFace's BPE model options: character-level symbols,
  * continuing-subword prefix, end-of-word suffix, unknown token (fused or not), byte fallback
- * and BPE-dropout.  Used only by tokenizers built with some option on (tok->model != NULL);
- * the plain byte-level path of merge.c is untouched.
+ * and BPE-dropout.  Used only by tokenizers built with some option on, or whose byte-level
+ * merge-list vocabulary lacks a single-byte token (tok->model != NULL); the plain byte-level
+ * path of merge.c is untouched.
  *
  * Initial symbols.  A piece is cut into units: its bytes (byte-level) or its UTF-8 characters
  * (char_level).  Unit k is looked up as the token prefix + unit + suffix, where the prefix is
@@ -100,12 +101,26 @@ static int any_option(const bpe_spec *sp)
            sp->subword_prefix_len || sp->word_suffix_len;
 }
 
+/* 1 if a byte-level merge-list vocabulary has no token for some single byte.  HF's BPE
+ * model drops such a byte (no unk_token): model.c does, where merge.c's plain path could only
+ * fail (BPE_ERR_NOBYTE, which stays for tiktoken vocabularies, as tiktoken has no rule). */
+static int lacks_a_byte(const bpe_spec *sp, const bpe_tokenizer *tok)
+{
+    unsigned b;
+    if (sp->rule != BPE_RULE_MERGES || sp->char_level)
+        return 0;
+    for (b = 0; b < 256; b++)
+        if (tok->byte_id[b] == BPE_NO_ID)
+            return 1;
+    return 0;
+}
+
 int bpe_model_new(const bpe_spec *sp, bpe_tokenizer *tok)
 {
     bpe_model *m;
     int rc;
     tok->model = NULL;
-    if (!any_option(sp))
+    if (!any_option(sp) && !lacks_a_byte(sp, tok))
         return BPE_OK;
     if (sp->rule != BPE_RULE_MERGES || !(sp->dropout >= 0.0 && sp->dropout <= 1.0))
         return BPE_ERR_ARG;   /* (the second test also rejects NaN) */

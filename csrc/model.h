@@ -2,7 +2,8 @@
  * model.h - the HF BPE model options (model.c): character-level symbols, subword prefix and
  * end-of-word suffix, unknown token, byte fallback, BPE-dropout.
  *
- * A tokenizer built with every option off has no bpe_model (tok->model == NULL) and encodes
+ * A tokenizer built with every option off (and, for a byte-level merge-list vocabulary, a
+ * token for every single byte) has no bpe_model (tok->model == NULL) and encodes
  * through merge.c alone; the choice is made once per piece by one pointer test in encode.c.
  */
 #ifndef BPE_MODEL_H
@@ -37,9 +38,10 @@ typedef struct bpe_model {
 
 
 /* Makes tok->model from the spec's option fields (tok's tokens must already be added), or
- * leaves it NULL when every option is off.  BPE_ERR_ARG on a bad option (dropout outside
- * [0, 1], unk_id not an ordinary token, options with BPE_RULE_TIKTOKEN, a NULL prefix or
- * suffix with a nonzero length), BPE_ERR_NOMEM. */
+ * leaves it NULL when every option is off and a byte-level merge-list vocabulary has every
+ * single byte.  BPE_ERR_ARG on a bad option (dropout outside [0, 1], unk_id not an ordinary
+ * token, options with BPE_RULE_TIKTOKEN, a NULL prefix or suffix with a nonzero length),
+ * BPE_ERR_NOMEM. */
 int bpe_model_new(const bpe_spec *spec, bpe_tokenizer *tok);
 
 /* Frees a model; NULL is fine. */

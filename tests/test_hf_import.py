@@ -112,9 +112,18 @@ def _bytelevel_prefix(lines):
                   dec=D.ByteLevel(), initial_alphabet=P.ByteLevel.alphabet())
 
 
+def _bytelevel_partial(lines):
+    """GPT-2 style byte-level trained without initial_alphabet, on English only: the
+    vocabulary lacks the bytes English did not use (most UTF-8 lead bytes among them), which
+    HF's model drops when it meets them."""
+    english = lines[:len(lines) * 2 // 3]
+    return _train(models.BPE(), english, P.ByteLevel(add_prefix_space=False),
+                  dec=D.ByteLevel())
+
+
 BUILDERS = {"whitespace": _whitespace, "llama": _llama, "metaspace": _metaspace,
             "suffix": _suffix, "bytelevel-regex": _bytelevel_regex,
-            "bytelevel-prefix": _bytelevel_prefix}
+            "bytelevel-prefix": _bytelevel_prefix, "bytelevel-partial": _bytelevel_partial}
 
 
 def _read(p):
@@ -464,13 +473,42 @@ def test_bytelevel_custom_regex_encodes_like_hf(built):
 
 
 @pytest.mark.parametrize("name", ["whitespace", "llama", "metaspace", "suffix",
-                                  "bytelevel-prefix"])
+                                  "bytelevel-prefix", "bytelevel-partial"])
 def test_model_options_encode_like_hf(built, name):
     p = built(name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tok = load(p)
     _assert_parity(tok, tokenizers.Tokenizer.from_file(str(p)), _parity_texts())
+
+
+def test_missing_bytes_dropped_on_every_path(built, tmp_path):
+    """A byte-level vocabulary lacking single bytes (HF trained without its initial alphabet)
+    drops them as HF does, and every encoding path agrees with encode; offsets are refused
+    only when a dropped byte would shift them."""
+    p = built("bytelevel-partial")
+    tok = load(p)
+    hf = tokenizers.Tokenizer.from_file(str(p))
+    texts = [read_corpus("multilingual", 30_000, offset=k * 400_000) for k in range(3)]
+    texts += ["日本語 and English", "é", "\u00e9\u0301\U0001F600 x"]
+    want = [hf.encode(t, add_special_tokens=False).ids for t in texts]
+    assert any(len(tok.decode_bytes(w)) < len(t.encode()) for w, t in zip(want, texts)), \
+        "no byte was dropped: the test vocabulary is not partial"
+    assert [tok.encode(t) for t in texts] == want
+    assert tok.encode_batch(texts, num_threads=2) == want
+    assert list(tok.encode_iterable(iter(texts[0].splitlines(keepends=True)))) == want[0]
+    src = tmp_path / "in.txt"
+    src.write_text(texts[0], encoding="utf-8")
+    n = tok.encode_file(src, tmp_path / "out.bin", progress=False)
+    import numpy as np
+    got = np.fromfile(tmp_path / "out.bin", dtype=np.uint16 if tok.n_vocab <= 65536
+                      else np.uint32).tolist()
+    assert n == len(got) and got == want[0]
+    with pytest.raises(ValueError, match="dropped"):
+        tok.encode_with_offsets("日本")        # lead bytes English never used
+    plain = hf.encode("plain English words", add_special_tokens=False)
+    ids, spans = tok.encode_with_offsets("plain English words")
+    assert ids == plain.ids and spans == [tuple(o) for o in plain.offsets]
 
 
 @pytest.mark.parametrize("name", list(BUILDERS))
