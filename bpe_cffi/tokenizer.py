@@ -379,6 +379,9 @@ class Tokenizer:
     """
 
     _ptr = None       # the C tokenizer; an instance attribute until close() takes it
+    # what a loaded tokenizer.json held for HF alone (post_processor, truncation, padding,
+    # the added tokens that are not special), written back by save(); None: nothing
+    _hf_kept = None
 
     # ---- construction ---------------------------------------------------------------------
 
@@ -703,13 +706,16 @@ class Tokenizer:
         return {"rule": self._rule, "vocab": self._vocab, "merges": self._merges,
                 "special": self._special, "pattern": self._pattern_name or self._pattern_regex,
                 "cache_capacity": self._cache_capacity, "ignore_merges": self._ignore_merges,
-                "options": dict(self._opts), "components": dict(self._components)}
+                "options": dict(self._opts), "components": dict(self._components),
+                "hf_kept": self._hf_kept}
 
     def __setstate__(self, state):
         extra = dict(state.get("options") or {})
         extra.update(state.get("components") or {})
         self._build(state["rule"], state["vocab"], state["merges"], state["special"],
                     state["pattern"], state["cache_capacity"], state["ignore_merges"], extra)
+        if state.get("hf_kept") is not None:
+            self._hf_kept = state["hf_kept"]
 
     def close(self) -> None:
         """Free the C tokenizer: now, or when the last call still running in another thread
@@ -1485,7 +1491,22 @@ class Tokenizer:
                     doc[name] = section
         if self._pre_tokenizer is not None:
             del model["bpe_cffi"]["pattern"]   # the pattern is not what splits the text
+        self._put_hf_kept(doc)
         formats.write_hf(path, doc)
+
+    def _put_hf_kept(self, doc: dict) -> None:
+        """Writes back into a tokenizer.json document what load() kept of the file for HF
+        alone: its post-processor (special tokens around an encoding, offset trimming),
+        truncation, padding, and which added tokens are not special."""
+        kept = self._hf_kept
+        if not kept:
+            return
+        for key in ("post_processor", "truncation", "padding"):
+            doc[key] = kept[key]
+        plain = set(kept["non_special"])
+        for t in doc["added_tokens"]:
+            if t["content"] in plain:
+                t["special"] = False
 
     def save_gpt2(self, vocab_path, merges_path) -> None:
         """Write GPT-2 style vocab.json + merges.txt (special tokens included in vocab.json).
@@ -1560,6 +1581,16 @@ def _load_hf(p, doc, text, pattern, special_tokens, kw) -> Tokenizer:
         parts["pattern"] = pattern
         options.pop("pre_tokenizer", None)
     kw.setdefault("ignore_merges", parts["ignore_merges"])
+    tok = _tokenizer_of_parts(p, parts, special, options, kw)
+    tok._hf_kept = {"post_processor": parts["post_processor"],
+                    "truncation": doc.get("truncation"), "padding": doc.get("padding"),
+                    "non_special": list(parts["added_non_special"])}
+    return tok
+
+
+def _tokenizer_of_parts(p, parts, special, options, kw) -> Tokenizer:
+    """The Tokenizer of hf_import's parts of the file p, with Tokenizer keywords kw."""
+    from . import hf_import
     vocab = parts["vocab"]
     if options:
         # options the C core gained with the model options (byte_level, pre_tokenizer, ...):

@@ -482,6 +482,33 @@ def test_model_options_encode_like_hf(built, name):
     _assert_parity(tok, tokenizers.Tokenizer.from_file(str(p)), _parity_texts())
 
 
+@pytest.mark.parametrize("name", ["llama", "whitespace"])
+def test_save_keeps_what_only_hf_applies(built, tmp_path, name):
+    """load() then save() gives a file that HF runs as it ran the original: the
+    post-processor (BOS here), truncation, padding and the non-special added tokens (which
+    HF's decode keeps with skip_special_tokens) used to be dropped or made special."""
+    import pickle
+    hf = tokenizers.Tokenizer.from_file(str(built(name)))
+    hf.enable_truncation(max_length=12)
+    hf.enable_padding(pad_id=2, pad_token="</s>")
+    orig = tmp_path / "orig.json"
+    hf.save(str(orig))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = load(orig)
+        again = tmp_path / "again.json"
+        ours.save(again)
+        pickle.loads(pickle.dumps(ours)).save(tmp_path / "pickled.json")
+        assert load(again).encode("hello there, world") == ours.encode("hello there, world")
+    texts = ["hello there, world", "a b", "the quick brown fox jumps over the lazy dog " * 3]
+    for path in (again, tmp_path / "pickled.json"):
+        back = tokenizers.Tokenizer.from_file(str(path))
+        for a, b in zip(hf.encode_batch(texts), back.encode_batch(texts)):
+            assert (a.ids, a.attention_mask) == (b.ids, b.attention_mask)
+        ids = hf.encode("hello there, world").ids
+        assert back.decode(ids) == hf.decode(ids)
+
+
 def test_missing_bytes_dropped_on_every_path(built, tmp_path):
     """A byte-level vocabulary lacking single bytes (HF trained without its initial alphabet)
     drops them as HF does, and every encoding path agrees with encode; offsets are refused
