@@ -23,7 +23,6 @@ import json
 import errno
 import os
 import stat
-import tempfile
 from functools import lru_cache
 
 RULE_MERGES = "merges"
@@ -507,8 +506,12 @@ def atomic_output(path, *, fsync: bool = True):
         return
     target = os.path.realpath(path) if os.path.islink(path) else path
     directory = os.path.dirname(os.path.abspath(target))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(target), dir=directory)
+    named = []
     try:
+        # the name is known here before the file exists, so that a Ctrl-C or SIGTERM raised
+        # the moment after it is created still removes it (mkstemp gave the name only after)
+        fd = _new_temp(directory, os.path.basename(target), named)
+        tmp = named[0]
         os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
         if st is not None and hasattr(os, "chown") and \
                 (st.st_uid, st.st_gid) != (os.getuid(), os.getgid()):
@@ -523,13 +526,29 @@ def atomic_output(path, *, fsync: bool = True):
                 os.fsync(f.fileno())
         os.replace(tmp, target)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        for name in named:
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
         raise
     if fsync:
         _fsync_directory(directory)
+
+
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | \
+    getattr(os, "O_BINARY", 0)
+
+
+def _new_temp(directory: str, base: str, named: list) -> int:
+    """The descriptor of a new file ".tmp-<random><base>" in directory (mode 0600), whose path
+    is put in `named` before the file is created (and taken out if another file has it)."""
+    while True:
+        named[:] = [os.path.join(directory, f".tmp-{os.urandom(6).hex()}{base}")]
+        try:
+            return os.open(named[0], _TEMP_FLAGS, 0o600)
+        except FileExistsError:
+            named.clear()
 
 
 def check_output_path(path) -> None:

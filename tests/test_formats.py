@@ -218,8 +218,40 @@ def test_atomic_write_leaves_no_temp(tmp_path):
     assert [x.name for x in tmp_path.iterdir()] == ["f.bin"]
 
 
+@pytest.mark.parametrize("at", ["creation", "chmod"])
+def test_interrupt_as_the_temp_file_appears_leaves_nothing(tmp_path, monkeypatch, at):
+    """Ctrl-C / SIGTERM (an exception raised by a signal handler) the moment the temporary
+    file exists: it was left behind when the exception came before its name was known
+    (inside mkstemp; hit by the CLI's two-signals test).  Simulated by an os.open / os.chmod
+    that does its work and then raises."""
+    import os
+    real_open, real_chmod = os.open, os.chmod
+
+    def open_then_interrupt(path, *a, **k):
+        fd = real_open(path, *a, **k)
+        if ".tmp-" in os.fspath(path) and at == "creation":
+            os.close(fd)
+            raise KeyboardInterrupt
+        return fd
+
+    def chmod_then_interrupt(path, *a, **k):
+        real_chmod(path, *a, **k)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "open", open_then_interrupt)
+    if at == "chmod":
+        monkeypatch.setattr(os, "chmod", chmod_then_interrupt)
+    p = tmp_path / "f.bin"
+    p.write_bytes(b"old")
+    with pytest.raises(KeyboardInterrupt):
+        formats.atomic_write(p, b"new")
+    monkeypatch.undo()
+    assert [x.name for x in tmp_path.iterdir()] == ["f.bin"]
+    assert p.read_bytes() == b"old"
+
+
 def test_saved_files_get_the_usual_permissions(tmp_path):
-    """Atomic writes go through mkstemp (mode 0600); the final file must honour the umask
+    """Atomic writes go through a temporary file (mode 0600); the final file must honour the umask
     like any file the user creates, or other users/services cannot read a shared tokenizer."""
     import os
     from bpe_cffi import formats
