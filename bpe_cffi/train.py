@@ -398,8 +398,8 @@ def _train(input_path, vocab_size, special_tokens=None, *, pattern="gpt2", num_t
                          f"got {vocab_size}")
     if vocab_size > 2**32 - 1:
         raise ValueError(f"vocab_size must be below 2**32, got {vocab_size}")
-    if num_threads is not None:
-        _check_int("num_threads", num_threads, 1)
+    if num_threads is not None:       # 0: one per core, as encode_batch / encode_file take it
+        _check_int("num_threads", num_threads, 0)
     if min_frequency is not None:
         _check_int("min_frequency", min_frequency, 0)
     _check_int("block_size", block_size, 0)
@@ -465,7 +465,7 @@ def train_bpe(input_path, vocab_size, special_tokens=None, *, pattern="gpt2",
         >= 256 + specials).
     special_tokens: strings that split the text and get the last ids.
     pattern: "gpt2", "cl100k", "o200k" (C pre-tokenizers) or any regex string (Python `regex`).
-    num_threads: worker threads (default: one per core); the result does not depend on it.
+    num_threads: worker threads (None or 0: one per core); the result does not depend on it.
     min_frequency: stop when the best pair occurs fewer times (default: no minimum).
     progress: draw counting and merging progress bars on stderr.
     max_token_length: no learned token covers more than this many bytes (byte-level) or

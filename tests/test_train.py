@@ -365,6 +365,7 @@ def test_option_values_past_c_fields_mean_the_same(tmp_path):
     full = train_bpe(p, 280)
     assert train_bpe(p, 280, min_frequency=2 ** 64)[1] == []
     assert train_bpe(p, 280, num_threads=2 ** 40) == full
+    assert train_bpe(p, 280, num_threads=0) == full      # one per core, as encode_batch
     assert train_bpe(p, 280, max_token_length=10 ** 30) == full
     chars = train_bpe(p, 40, byte_level=False)
     assert train_bpe(p, 40, byte_level=False, limit_alphabet=10 ** 30,
@@ -410,7 +411,7 @@ def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError):
         train_bpe(p, 300, pattern="(unclosed")
     with pytest.raises(ValueError):
-        train_bpe(p, 300, num_threads=0)
+        train_bpe(p, 300, num_threads=-1)
     with pytest.raises(TypeError):
         train_bpe(12, 300)
 
