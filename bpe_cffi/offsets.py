@@ -31,7 +31,8 @@ import weakref
 from itertools import accumulate, chain
 from operator import sub
 
-__all__ = ["encode_with_offsets", "decode_with_offsets"]
+__all__ = ["encode_with_offsets", "decode_with_offsets", "trimming_steps",
+           "trim_spaces"]
 
 try:                               # optional: vectorises the per-token work
     import numpy as _np
@@ -255,4 +256,59 @@ def _replace_offsets(tok, ids, data: bytes) -> list:
             k += 1
     if byte != len(data):   # pragma: no cover - decode_bytes disagrees with the tokens
         raise ValueError("decode_with_offsets: token bytes do not add up to decode_bytes")
+    return out
+
+
+# ---- HF's ByteLevel offset trimming ------------------------------------------------------
+# A tokenizer.json whose post-processor is ByteLevel or RobertaProcessing with trim_offsets
+# (GPT-NeoX-style files) has HF report each token's span without the spaces its token
+# string starts or ends with: " world" spans "world".  Spaces are the byte-level alphabet's
+# character for b" " (U+0120) and the characters Unicode calls White_Space (as Rust's
+# char::is_whitespace; in an added token's text).
+
+_ALPHABET_SPACE = "\u0120"
+_WHITE_SPACE = frozenset(map(chr, [*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680,
+                                   *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F,
+                                   0x3000]))
+
+
+def trimming_steps(post_processor) -> list:
+    """add_prefix_space of each step of a tokenizer.json post-processor (its JSON) that trims
+    offsets, in the order HF applies them; [] when none does."""
+    if not isinstance(post_processor, dict):
+        return []
+    kind = post_processor.get("type")
+    if kind == "Sequence":
+        return [a for step in post_processor.get("processors") or []
+                for a in trimming_steps(step)]
+    if kind in ("ByteLevel", "RobertaProcessing") and post_processor.get("trim_offsets", True):
+        return [bool(post_processor.get("add_prefix_space", True))]
+    return []
+
+
+def _space_run(chars) -> int:
+    n = 0
+    for c in chars:
+        if c != _ALPHABET_SPACE and c not in _WHITE_SPACE:
+            break
+        n += 1
+    return n
+
+
+def trim_spaces(spans, token_strs, add_prefix_space: bool) -> list:
+    """spans with the leading and trailing spaces of each token string taken off, as HF's
+    ByteLevel post-processor does: a span never inverts (an all-space token keeps an empty
+    span at its end), and with add_prefix_space the first token keeps one leading space (the
+    one HF's pre-tokenizer would have added)."""
+    out = []
+    for i, ((start, end), s) in enumerate(zip(spans, token_strs)):
+        lead = _space_run(s)
+        trail = _space_run(reversed(s))
+        if lead:
+            if (i == 0 or start == 0) and add_prefix_space and lead == 1:
+                lead = 0
+            start = min(start + lead, end)
+        if trail and end >= trail:
+            end = max(end - trail, start)
+        out.append((start, end))
     return out

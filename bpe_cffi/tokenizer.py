@@ -1422,9 +1422,11 @@ class Tokenizer:
 
     def encode_with_offsets(self, text, *, ordinary: bool = False, **encode_kwargs):
         """(ids, offsets): offsets[k] = (start, end) character span in `text` of token k, the
-        span of the whole character where a token splits one (HF `Encoding.offsets`).
-        `ordinary=True` encodes as encode_ordinary; other keywords go to encode."""
-        from .offsets import encode_with_offsets
+        span of the whole character where a token splits one (HF `Encoding.offsets`; for a
+        tokenizer.json whose post-processor trims offsets, without the spaces a token starts
+        or ends with, as HF reports them).  `ordinary=True` encodes as encode_ordinary; other
+        keywords go to encode."""
+        from .offsets import encode_with_offsets, trim_spaces, trimming_steps
         o = self._opts
         if (self._normalizer is not None or self._pre_tokenizer is not None or o["unk_token"]
                 or o["byte_fallback"] or o["continuing_subword_prefix"]
@@ -1439,6 +1441,12 @@ class Tokenizer:
         if (spans[-1][1] if spans else 0) != len(text):
             raise ValueError("encode_with_offsets: some characters of the text have no token "
                              "and were dropped (pass unk_token), so offsets cannot be given")
+        # a loaded tokenizer.json's post-processor may trim spaces off the spans (HF's)
+        steps = trimming_steps((self._hf_kept or {}).get("post_processor"))
+        if steps:
+            strs = self.id_to_tokens(ids)
+            for add_prefix_space in steps:
+                spans = trim_spaces(spans, strs, add_prefix_space)
         return ids, spans
 
     def decode_with_offsets(self, ids, errors: str = "strict"):

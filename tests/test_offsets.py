@@ -318,3 +318,44 @@ def test_tokenizer_methods_are_the_module_functions():
     dec = tok.stream_decoder()
     assert isinstance(dec, StreamDecoder)
     assert "".join(dec.feed(i) for i in ids) + dec.flush() == tok.decode(ids)
+
+
+def _trimming_post_processors():
+    from tokenizers import processors as PP
+    return {
+        "bytelevel": PP.ByteLevel(trim_offsets=True, add_prefix_space=False),
+        "bytelevel-prefix": PP.ByteLevel(trim_offsets=True, add_prefix_space=True),
+        "roberta": PP.RobertaProcessing(("</s>", 50258), ("<s>", 50257), trim_offsets=True,
+                                        add_prefix_space=False),
+        "sequence": PP.Sequence([PP.ByteLevel(trim_offsets=True, add_prefix_space=False),
+                                 PP.TemplateProcessing(single="<s> $A",
+                                                       special_tokens=[("<s>", 50257)])]),
+        "no-trim": PP.ByteLevel(trim_offsets=False),
+    }
+
+
+@pytest.mark.parametrize("post", ["bytelevel", "bytelevel-prefix", "roberta", "sequence",
+                                  "no-trim"])
+def test_loaded_post_processor_trims_offsets_as_hf(tmp_path, post):
+    """A tokenizer.json whose post-processor trims offsets (GPT-NeoX-style ByteLevel, or
+    RobertaProcessing): HF reports spans without the spaces a token starts or ends with; we
+    gave the untrimmed spans.  Added tokens whose text has spaces are trimmed too."""
+    tokenizers = pytest.importorskip("tokenizers")
+    import warnings
+    from bpe_cffi import load
+    hf = tokenizers.Tokenizer.from_str(hf_gpt2().to_str())
+    hf.add_special_tokens(["<s>", "</s>", " sp\u3000"])
+    hf.post_processor = _trimming_post_processors()[post]
+    path = tmp_path / "t.json"
+    hf.save(str(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tok = load(path)
+    texts = TRICKY + [" x", "  two  spaces  ", "a\n\n b", "q sp\u3000z", " sp\u3000x",
+                      "x <|endoftext|> y", "   "]
+    texts += [read_corpus(c, 20_000) for c in ("code", "web", "multilingual")]
+    for text in texts:
+        ids, spans = tok.encode_with_offsets(text)
+        ref = hf.encode(text, add_special_tokens=False)
+        assert ids == ref.ids, text[:40]
+        assert spans == ref.offsets, text[:40]
