@@ -49,6 +49,12 @@ def collect_batch(next_address: int, job_address: int, n_texts: int):
     return _idlist.collect_batch(next_address, job_address, n_texts, _CACHE)
 
 
+def u32_ids(ids) -> bytearray:
+    """The uint32 values of a list or tuple of ids, each read as operator.index reads it;
+    TypeError / ValueError naming the first item that is not an int / not in 0 .. 2**32-1."""
+    return _idlist.u32_ids(ids)
+
+
 def ids_from_le_bytes(data) -> list:
     """The list of the little-endian uint32 ids packed in data."""
     return _idlist.ids_from_le_bytes(data, _CACHE)

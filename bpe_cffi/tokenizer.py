@@ -19,6 +19,7 @@ thread is still encoding with it.
 import errno
 import gc
 import itertools
+import operator
 import os
 import re
 import stat
@@ -137,6 +138,27 @@ def _c_threads(num_threads) -> int:
         raise ValueError(f"num_threads must be an int >= 1 (None or 0: one per core), not "
                          f"{num_threads!r}")
     return min(num_threads, lib.BPE_MAX_THREADS)
+
+
+def _numpy_ids(arr):
+    """A C-contiguous uint32 numpy array of the ids in a one-dimensional numpy integer array
+    (itself when it is one already: no copy), or None for an array to read item by item (an
+    object array, or not one-dimensional).  TypeError for a bool, float or other array;
+    ValueError naming the first id outside 0 .. 2**32-1."""
+    import numpy as np
+    if arr.ndim != 1 or arr.dtype.kind == "O":
+        return None
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"ids must be integers, not a numpy array of {arr.dtype}")
+    bad = np.zeros(arr.shape, dtype=bool)
+    if arr.dtype.kind == "i":
+        bad |= arr < 0
+    if arr.dtype.itemsize > 4:
+        bad |= arr > 0xFFFFFFFF
+    if bad.any():
+        k = int(bad.argmax())
+        raise ValueError(f"unknown token id {arr[k]} at position {k}")
+    return np.ascontiguousarray(arr, dtype=np.uint32)
 
 
 class _GCPaused:
@@ -1318,25 +1340,30 @@ class Tokenizer:
     # ---- decoding -------------------------------------------------------------------------
 
     def _id_array(self, ids):
+        """(ids, a uint32_t[] of them for C).  Each id is read as operator.index reads it (as
+        tiktoken does): ints and numpy's ints, not floats, Decimals or Fractions (TypeError);
+        ValueError for one outside 0 .. 2**32-1.  Both name the item and its position."""
         if hasattr(ids, "dtype") and hasattr(ids, "tolist"):
+            arr = _numpy_ids(ids)
+            if arr is not None:
+                return ids, ffi.from_buffer("uint32_t[]", arr)
             ids = ids.tolist()
         elif not isinstance(ids, (list, tuple)):
             if isinstance(ids, (str, bytes)):
                 raise TypeError(f"ids must be a sequence of int, not {type(ids).__name__}")
             ids = list(ids)
-        try:
-            return ids, ffi.new("uint32_t[]", ids)
-        except (OverflowError, TypeError):
-            for k, i in enumerate(ids):
-                if isinstance(i, bool) or not isinstance(i, int):
-                    try:
-                        i.__index__()
-                    except (AttributeError, TypeError):
-                        raise TypeError(f"token id {i!r} at position {k} is not an "
-                                        f"int") from None
-                if not 0 <= int(i) < 2 ** 32:
-                    raise ValueError(f"unknown token id {i} at position {k}") from None
-            raise
+        if _idcache.FAST:
+            return ids, ffi.from_buffer("uint32_t[]", _idcache.u32_ids(ids))
+        values = []
+        for k, i in enumerate(ids):
+            try:
+                i = operator.index(i)
+            except TypeError:
+                raise TypeError(f"token id {i!r} at position {k} is not an int") from None
+            if not 0 <= i < 2 ** 32:
+                raise ValueError(f"unknown token id {i} at position {k}")
+            values.append(i)
+        return ids, ffi.new("uint32_t[]", values)
 
     def decode_bytes(self, ids) -> bytes:
         """The bytes of a sequence of ids; ValueError naming an unknown id."""
@@ -1349,7 +1376,7 @@ class Tokenizer:
             except (KeyError, TypeError):
                 pass                       # the C path below names the bad id
         ids, arr = self._id_array(ids)
-        if not ids:
+        if not len(ids):
             return b""
         out = ffi.new("bpe_bytes *")
         bad = ffi.new("size_t *")

@@ -178,6 +178,50 @@ def test_encoders_agree_without_the_helper(monkeypatch):
     assert tok.encode_batch(texts, num_threads=2) == fast_batch == fast_single
 
 
+def test_decode_reads_ids_alike_without_the_helper(monkeypatch):
+    """u32_ids and the pure-Python fallback read ids the same way: operator.index, the first
+    bad item named with its position."""
+    from decimal import Decimal
+    tok = ours("cl100k_base")
+    ids = tok.encode("hello world, 漢字")
+
+    class Index:
+        def __index__(self):
+            return ids[0]
+
+    cases = [ids, tuple(ids), [True] + ids, [Index()] + ids, ids + [1.0], ids + [Decimal(3)],
+             ids + [-1], ids + [2 ** 32], ids + [2 ** 70], ids + ["7"]]
+
+    def outcomes():
+        out = []
+        for c in cases:
+            try:
+                out.append(tok.decode_bytes(list(c) * 300))
+            except (TypeError, ValueError) as e:
+                out.append((type(e), str(e)))
+        return out
+
+    fast = outcomes()
+    monkeypatch.setattr(_idcache, "FAST", False)
+    assert outcomes() == fast
+    assert [type(x) for x in fast[:4]] == [bytes] * 4
+    assert [x[0] for x in fast[4:]] == [TypeError, TypeError, ValueError, ValueError,
+                                        ValueError, TypeError]
+
+
+def test_u32_ids_when_index_changes_the_list():
+    ids = [1, 2, 3]
+
+    class Shrink:
+        def __index__(self):
+            del ids[1:]
+            return 5
+
+    ids.insert(1, Shrink())
+    with pytest.raises(RuntimeError, match="changed size"):
+        _idcache.u32_ids(ids)
+
+
 def random_texts(rng, n):
     """Texts of every storage kind of str: ASCII, Latin-1, BMP (with the edges of each UTF-8
     width) and astral characters, empty ones included."""

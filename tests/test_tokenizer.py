@@ -173,6 +173,26 @@ def test_decode_errors_and_replacement():
     for n in (1, 600):
         with pytest.raises(TypeError, match="1.0"):
             tok.decode_bytes([1] * n + [1.0])
+    # nor is anything else that C's conversion would cut to an int (numpy floats, Decimal,
+    # Fraction: decoded as the int below them before); ids are read as operator.index reads
+    # them, as tiktoken does, in a list as in a numpy array, and the bad one is named
+    from decimal import Decimal
+    from fractions import Fraction
+    for bad in (numpy.float32(ids[0]), Decimal(ids[0]), Fraction(ids[0] * 2 + 1, 2)):
+        for n in (1, 600):
+            with pytest.raises(TypeError, match=f"position {n}"):
+                tok.decode([ids[0]] * n + [bad])
+    for arr in (numpy.array([float(i) for i in ids]), numpy.array([True, False])):
+        with pytest.raises(TypeError, match="numpy array"):
+            tok.decode(arr)
+    with pytest.raises(ValueError, match="-1 at position 2"):
+        tok.decode(numpy.array(ids[:2] + [-1]))
+    with pytest.raises(ValueError, match="at position 1"):
+        tok.decode(numpy.array([ids[0], 2 ** 40]))
+    for dtype in (numpy.int32, numpy.uint64, numpy.uint16):
+        assert tok.decode(numpy.array(ids, dtype=dtype)) == "héllo"
+    assert tok.decode(numpy.repeat(numpy.array(ids, dtype=numpy.uint32), 2)[::2]) == "héllo"
+    assert tok.decode(tuple(ids)) == tok.decode(iter(ids)) == "héllo"
     # numpy's ints are ids, one at a time too (as tiktoken takes them)
     assert tok.decode_single_token_bytes(numpy.int64(ids[0])) == \
         tok.decode_single_token_bytes(ids[0])

@@ -31,6 +31,8 @@
  * them in place; join_utf8 writes the UTF-8 of a list of str end to end (a long non-ASCII
  * text for encode, the daemon's str requests), without a bytes object per text.
  *
+ * Ids in: u32_ids checks and packs the ids given to decode, as operator.index reads them.
+ *
  * For the daemon (bpe_cffi/daemon/server.py): join_utf8_bytes lays out texts that arrived as
  * UTF-8 bytes, checking them as strictly as Python's decoder, and pack_batch_reply writes an
  * encode_batch reply (a msgpack map) straight from the ids C returned; ids_from_le_bytes is
@@ -384,6 +386,76 @@ static PyObject *ids_from_le_bytes(PyObject *self, PyObject *args)
             PyObject_GC_UnTrack(out);
     }
     PyBuffer_Release(&view);
+    return out;
+}
+
+/* ---- ids in: a list of ids as uint32 for C (Tokenizer.decode) ---------------------------- */
+
+/* The id at position k as a uint32 in *out, taken as operator.index takes it (an int, a bool,
+ * numpy's ints; not a float, Decimal or Fraction, which C's conversion would have cut to an
+ * int); -1 with TypeError or ValueError naming the item and k. */
+static int id_value(PyObject *o, Py_ssize_t k, uint32_t *out)
+{
+    PyObject *index;
+    unsigned long v;
+    if (!PyLong_CheckExact(o) && !PyIndex_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "token id %R at position %zd is not an int", o, k);
+        return -1;
+    }
+    Py_INCREF(o);                  /* __index__ may run code that drops the list's item */
+    index = PyNumber_Index(o);
+    v = index != NULL ? PyLong_AsUnsignedLong(index) : 0;
+    if (index != NULL && ((v == (unsigned long)-1 && PyErr_Occurred()) || v > 0xFFFFFFFFUL)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "unknown token id %S at position %zd", index, k);
+    }
+    Py_DECREF(o);
+    Py_XDECREF(index);
+    if (PyErr_Occurred())
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* u32_ids(list or tuple) -> bytearray of the uint32 of every item (see id_value). */
+static PyObject *u32_ids(PyObject *self, PyObject *seq)
+{
+    Py_ssize_t n, k;
+    PyObject *out;
+    uint32_t *dst;
+    (void)self;
+    if (!PyList_Check(seq) && !PyTuple_Check(seq)) {
+        PyErr_SetString(PyExc_TypeError, "ids must be a list or tuple");
+        return NULL;
+    }
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (n > PY_SSIZE_T_MAX / 4)
+        return PyErr_NoMemory();
+    if ((out = PyByteArray_FromStringAndSize(NULL, n * 4)) == NULL)
+        return NULL;
+    dst = (uint32_t *)(void *)PyByteArray_AS_STRING(out);
+    for (k = 0; k < n; k++) {
+        /* the size and items are read again each time: __index__ may change the list */
+        PyObject *o;
+        if (k >= PySequence_Fast_GET_SIZE(seq)) {
+            PyErr_SetString(PyExc_RuntimeError, "the ids changed size while read");
+            Py_DECREF(out);
+            return NULL;
+        }
+        o = PySequence_Fast_GET_ITEM(seq, k);
+        if (PyLong_CheckExact(o)) {
+            unsigned long v = PyLong_AsUnsignedLong(o);
+            if (!(v == (unsigned long)-1 && PyErr_Occurred()) && v <= 0xFFFFFFFFUL) {
+                dst[k] = (uint32_t)v;
+                continue;
+            }
+            PyErr_Clear();
+        }
+        if (id_value(o, k, &dst[k]) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
     return out;
 }
 
@@ -918,6 +990,7 @@ static PyMethodDef methods[] = {
      "extend_cache(cache, limit): append the pinned ints len(cache) .. limit - 1"},
     {"collect_batch", collect_batch, METH_VARARGS,
      "collect_batch(next_address, job_address, n_texts, cache) -> (lists or None, rc, info)"},
+    {"u32_ids", u32_ids, METH_O, "u32_ids(list or tuple of ids) -> bytearray of uint32"},
     {"ids_from_le_bytes", ids_from_le_bytes, METH_VARARGS,
      "ids_from_le_bytes(data, cache) -> list"},
     {"join_utf8_bytes", join_utf8_bytes, METH_O,
