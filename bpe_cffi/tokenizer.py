@@ -129,6 +129,33 @@ def _numbered_after(vocab: dict, known: dict, names) -> dict:
     return out
 
 
+def _check_special_ids(vocab: dict, special) -> None:
+    """Checks special tokens given as {str: id} against a vocabulary {id: bytes}: ValueError
+    for an id that is another token's, or a token that is also an ordinary token under
+    another id, or two tokens with one id."""
+    if not isinstance(special, dict):
+        raise TypeError("special_tokens must be a dict {str: id}")
+    wanted = {s.encode("utf-8") for s in special if isinstance(s, str)}
+    # the ordinary ids of special tokens' bytes; a whole reverse map only when some are
+    by_bytes = {} if wanted.isdisjoint(vocab.values()) else \
+        {b: i for i, b in vocab.items() if b in wanted}
+    for s, i in special.items():
+        if not isinstance(s, str) or not s:
+            raise ValueError(f"special token {s!r} must be a non-empty str")
+        if type(i) is not int or not 0 <= i < 2 ** 32 - 1:
+            raise ValueError(f"special token {s!r}: id {i!r} is not a valid id")
+        if i in vocab and vocab[i] != s.encode("utf-8"):
+            raise ValueError(f"special token {s!r}: id {i} is already the ordinary token "
+                             f"{vocab[i]!r}")
+        j = by_bytes.get(s.encode("utf-8"))
+        if j is not None and j != i:
+            raise ValueError(f"special token {s!r} has id {i} but is also the ordinary "
+                             f"token {j}")
+    ids = list(special.values())
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"special tokens share an id: {special}")
+
+
 def _c_threads(num_threads) -> int:
     """num_threads as the C calls take it: 0 for one per core (None or 0), else at most
     BPE_MAX_THREADS (what C would use anyway; a larger int does not fit its int)."""
@@ -359,8 +386,9 @@ class Tokenizer:
 
     Tokenizer(vocab, merges, special_tokens=None, *, pattern="gpt2") builds one from a
     vocabulary {id: bytes} and a ranked merge list [(bytes, bytes)] (merge rank = list order;
-    what a BPE trainer returns).  Special tokens (strings) already in the vocabulary keep their
-    id; the others get the next free ids.
+    what a BPE trainer returns).  special_tokens: a list of str, those already in the
+    vocabulary keeping their id and the others taking the next free ids; or a dict {str: id}
+    (ValueError for an id that is another token's).
 
     Model options (HuggingFace BPE's, same semantics and ids; applied in C, csrc/model.c):
       byte_level=True: tokens are byte strings and a piece starts as its bytes (GPT-2 style;
@@ -452,7 +480,12 @@ class Tokenizer:
             special_tokens = []
         if isinstance(special_tokens, (str, bytes)):
             raise TypeError("special_tokens must be a list of str, not a single string")
-        special = {}
+        if isinstance(special_tokens, dict):         # ids given: kept, or refused
+            special = dict(special_tokens)
+            _check_special_ids(clean, special)
+            special_tokens = ()
+        else:
+            special = {}
         next_id = max(clean, default=-1) + 1
         for s in special_tokens:
             if isinstance(s, (bytes, bytearray)):
@@ -527,27 +560,7 @@ class Tokenizer:
     @classmethod
     def _from_parts(cls, rule, vocab, merges, special, pattern,
                     cache_capacity=DEFAULT_CACHE_CAPACITY, ignore_merges=True, **extra):
-        if not isinstance(special, dict):
-            raise TypeError("special_tokens must be a dict {str: id}")
-        wanted = {s.encode("utf-8") for s in special if isinstance(s, str)}
-        # the ordinary ids of special tokens' bytes; a whole reverse map only when some are
-        by_bytes = {} if wanted.isdisjoint(vocab.values()) else \
-            {b: i for i, b in vocab.items() if b in wanted}
-        for s, i in special.items():
-            if not isinstance(s, str) or not s:
-                raise ValueError(f"special token {s!r} must be a non-empty str")
-            if type(i) is not int or not 0 <= i < 2 ** 32 - 1:
-                raise ValueError(f"special token {s!r}: id {i!r} is not a valid id")
-            if i in vocab and vocab[i] != s.encode("utf-8"):
-                raise ValueError(f"special token {s!r}: id {i} is already the ordinary token "
-                                 f"{vocab[i]!r}")
-            j = by_bytes.get(s.encode("utf-8"))
-            if j is not None and j != i:
-                raise ValueError(f"special token {s!r} has id {i} but is also the ordinary "
-                                 f"token {j}")
-        ids = list(special.values())
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"special tokens share an id: {special}")
+        _check_special_ids(vocab, special)
         self = cls.__new__(cls)
         self._build(rule, vocab, merges, special, pattern, cache_capacity, ignore_merges,
                     extra)

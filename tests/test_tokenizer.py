@@ -105,6 +105,28 @@ def test_special_tokens_ids_and_longest_match(trained):
     assert tok.decode_single_token_bytes(sp["<s>"]) == b"<s>"
 
 
+def test_special_tokens_given_with_ids(trained, tmp_path):
+    """A dict {str: id} keeps its ids (it used to be read as a list of names: the ids were
+    silently renumbered, and decode of the model's id gave another token); an id that is
+    another token's is refused."""
+    vocab, merges = trained
+    far = len(vocab) + 1000
+    tok = Tokenizer(vocab, merges, {"<|im_start|>": far, "<|pad|>": far + 7})
+    assert tok.special_tokens == {"<|im_start|>": far, "<|pad|>": far + 7}
+    assert tok.encode("a<|im_start|>") == tok.encode("a") + [far]
+    assert tok.decode([far + 7]) == "<|pad|>" and tok.n_vocab == far + 8
+    path = tmp_path / "t.json"
+    tok.save(path)
+    from bpe_cffi import load
+    assert load(path).special_tokens == tok.special_tokens
+    word = next(b for b in vocab.values() if len(b) > 1 and b.isascii()).decode()
+    for bad, match in (({"<x>": 300}, "already the ordinary token"),
+                       ({"<x>": far, "<y>": far}, "share an id"),
+                       ({word: far}, "also the ordinary token")):
+        with pytest.raises(ValueError, match=match):
+            Tokenizer(vocab, merges, bad)
+
+
 def test_allowed_disallowed_arguments(trained):
     vocab, merges = trained
     tok = Tokenizer(vocab, merges, SPECIALS)
