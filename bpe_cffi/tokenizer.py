@@ -30,6 +30,7 @@ from . import _idcache
 from . import formats
 from . import patterns
 from ._native import ffi, lib, raise_for
+from .tiktoken_api import TiktokenMethods
 
 DEFAULT_CACHE_CAPACITY = 32768    # word-cache entries per work slot (~100 B each; see the report)
 
@@ -381,7 +382,7 @@ def _option_bytes(value, byte_level: bool, name: str) -> bytes:
     return value.encode("utf-8")
 
 
-class Tokenizer:
+class Tokenizer(TiktokenMethods):
     """A byte-level BPE tokenizer (see the module docstring).
 
     Tokenizer(vocab, merges, special_tokens=None, *, pattern="gpt2") builds one from a
@@ -1404,12 +1405,17 @@ class Tokenizer:
         finally:
             lib.bpe_bytes_free(out)
 
-    def decode(self, ids) -> str:
-        """The text of a sequence of ids; bytes that are not valid UTF-8 become U+FFFD.  With
-        a decoder: decoder.decode(the token strings), as HF does (special tokens included)."""
+    def decode(self, ids, errors: str = "replace") -> str:
+        """The text of a sequence of ids; bytes that are not valid UTF-8 are handled by
+        `errors` as bytes.decode does ("replace": U+FFFD, as tiktoken; "strict" raises
+        UnicodeDecodeError).  With a decoder: decoder.decode(the token strings), as HF does
+        (special tokens included; errors must then be "replace", the decoders' own rule)."""
         if self._decoder is not None:
+            if errors != "replace":
+                raise ValueError(f"decode(errors={errors!r}): a tokenizer with a decoder "
+                                 f"decodes as its decoder does (errors='replace')")
             return self._decoder.decode(self.id_to_tokens(ids))
-        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+        return self.decode_bytes(ids).decode("utf-8", errors=errors)
 
     def id_to_tokens(self, ids) -> list:
         """The token strings of ids, as in vocab.json / tokenizer.json: the text of a

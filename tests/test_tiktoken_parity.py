@@ -209,3 +209,38 @@ def test_recent_unicode_letters(vocab):
               if tok.encode_ordinary(f"x{chr(c)}'RE 1{chr(c)}a") !=
               enc.encode_ordinary(f"x{chr(c)}'RE 1{chr(c)}a")]
     assert differ == [], f"{len(differ)} of {len(recent[::25])} sampled code points differ"
+
+
+@pytest.mark.parametrize("vocab", VOCABS)
+def test_the_rest_of_tiktokens_interface(vocab):
+    """Code written for tiktoken.Encoding runs unchanged: every method and attribute it has
+    exists here and answers as tiktoken does (encode's default for special tokens aside)."""
+    numpy = pytest.importorskip("numpy")
+    import tiktoken
+    tok, enc = ours(vocab), reference(vocab)
+    public = {n for n in dir(tiktoken.Encoding) if not n.startswith("_")}
+    public |= {"max_token_value", "n_vocab"}                 # set in tiktoken's __init__
+    assert public - {"encode_with_unstable", "name"} <= set(dir(tok))
+    texts = [corpus_slice(c, 3000) for c in CORPORA] + ["", "x<|endoftext|>y", "\u00e9"]
+    assert tok.eot_token == enc.eot_token
+    assert (tok.max_token_value, tok.n_vocab) == (enc.max_token_value, enc.n_vocab)
+    assert tok.encode_ordinary_batch(texts) == enc.encode_ordinary_batch(texts)
+    assert tok.encode_to_numpy(texts[0]).tolist() == enc.encode_to_numpy(texts[0]).tolist()
+    assert tok.encode_to_numpy(texts[0]).dtype == numpy.uint32
+    batch = enc.encode_ordinary_batch(texts) + [[enc.eot_token], enc.encode("\u00e9")[:1]]
+    assert tok.decode_batch(batch) == enc.decode_batch(batch)
+    assert tok.decode_bytes_batch(batch) == enc.decode_bytes_batch(batch)
+    broken = enc.encode("\u00e9")[:1] if len(enc.encode("\u00e9")) > 1 else \
+        enc.encode("\U0001f916")[:1]
+    for errors in ("replace", "ignore", "backslashreplace"):
+        assert tok.decode(broken, errors=errors) == enc.decode(broken, errors=errors)
+    with pytest.raises(UnicodeDecodeError):
+        tok.decode(broken, errors="strict")
+    for t in (b"hello", "hello", " the", "<|endoftext|>", b"\xff"):
+        assert tok.encode_single_token(t) == enc.encode_single_token(t), t
+    for t in (b"not one token at all", "<|nope|>"):
+        with pytest.raises(KeyError):
+            tok.encode_single_token(t)
+    for i in (0, 1000, enc.eot_token, enc.max_token_value):
+        assert tok.is_special_token(i) == enc.is_special_token(i), i
+    assert tok.token_byte_values() == enc.token_byte_values()
