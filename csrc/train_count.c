@@ -6,7 +6,8 @@
  * is converted (invalid sequences -> U+FFFD, as Python's errors="replace") and appended to
  * the reader's text buffer, and an unfinished trailing sequence waits for the next block.
  * The text is handed out in chunks cut only where the counts cannot change:
- *   - right after a special token, or
+ *   - right after a special token that the text after the buffer cannot change (one that
+ *     starts at least the longest special token's length before its end), or
  *   - at bpe_pretok_safe_cut inside the last segment, and never within the last
  *     (longest special token - 1) bytes, so a special token is never split;
  * if no such cut exists yet (one huge pre-token), the reader keeps reading until one does or
@@ -78,12 +79,19 @@ static int read_block(reader *r)
     return BPE_OK;
 }
 
-/* The end of the last special token in text[0..len) (0 if none). */
+/* The end of the last special token in text[0..len) that more text cannot change (0 if
+ * none).  A match starting within the longest token's length of len is not final: a longer
+ * token at the same start ("<|end" inside "<|endoftext|>"), or one starting earlier, may
+ * complete with the text after len; every later match starts later still. */
 static size_t last_special_end(const bpe_trainer *t, const uint8_t *text, size_t len)
 {
-    size_t pos = 0, end = 0, start, index;
-    while (t->special && pos < len &&
-           bpe_special_find(t->special, text, len, pos, NULL, &start, &index)) {
+    size_t pos = 0, end = 0, start, index, longest;
+    if (!t->special)
+        return 0;
+    longest = bpe_special_max_len(t->special);
+    while (pos < len && bpe_special_find(t->special, text, len, pos, NULL, &start, &index)) {
+        if (start + longest > len)
+            break;
         end = start + bpe_special_len(t->special, index);
         pos = end;
     }

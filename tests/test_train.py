@@ -134,6 +134,29 @@ def test_builtin_pattern_with_specials(tmp_path, name):
 
 @needs_c_pretok
 @needs_c_special
+def test_special_tokens_inside_longer_ones_at_every_cut(tmp_path):
+    """"<|end" is a special token and a prefix of "<|endoftext|>", "|>x" a suffix of it: a
+    block ending just after "<|end" of an "<|endoftext|>" used to end the chunk there, and
+    the rest ("oftext|>") was counted as text (different merges than the reference and than
+    another block size)."""
+    rng = random.Random(5)
+    specials = [EOT, "<|end", "|>x", "<|endoftext|><|endoftext|>"]
+    words = ["the cat", " sat", " on", " mat", "\n", "<|", "|>", "end", "oftext"]
+    parts = []
+    for _ in range(1500):
+        parts.append(rng.choice(words + specials) if rng.random() < 0.3 else
+                     rng.choice(words))
+    p = tmp_path / "nested.txt"
+    p.write_text("".join(parts), encoding="utf-8")
+    want = reference(p, 320, specials, GPT2)
+    for threads, block in ((1, 0), (1, 5), (2, 7), (1, 13), (3, 64), (2, 301)):
+        got = _train(p, 320, specials, pattern="gpt2", num_threads=threads,
+                     block_size=block, parallel_words=1)[:2]
+        assert_same(got, want)
+
+
+@needs_c_pretok
+@needs_c_special
 def test_cs336_fixture(tmp_path):
     path = cs336_path("corpus.en")
     want = reference(path, 500, [EOT], GPT2)
