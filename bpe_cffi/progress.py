@@ -33,8 +33,9 @@ class Bar:
         self.label = label
         self.scale, self.unit = _UNITS.get(unit, (1.0, unit))
         self.stream = stream if stream is not None else sys.stderr
-        self.start = time.monotonic()
-        self.last = 0.0
+        self.start = None         # the clock starts at the first update (the phase's
+        self.done0 = 0            # start: a bar made before an earlier phase ran must not
+        self.last = 0.0           # count that phase's time in its rate and ETA)
         self.drawn = False        # a line is open (drawn and not yet closed)
         self.ever_drawn = False   # update() ran at least once
         self.last_line = ""
@@ -46,8 +47,10 @@ class Bar:
         if not force and now - self.last < 0.1:
             return
         self.last = now
-        elapsed = max(now - self.start, 1e-9)
-        rate = done / elapsed
+        if self.start is None:
+            self.start, self.done0 = now, done
+        elapsed = now - self.start
+        rate = (done - self.done0) / elapsed if elapsed > 0 else 0.0
         amount = f"{done / self.scale:,.1f}" if self.scale != 1.0 else f"{done:,}"
         if total:
             frac = min(done / total, 1.0)

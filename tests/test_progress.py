@@ -30,6 +30,23 @@ def test_bar_redraws_in_place_on_a_terminal():
     assert text.count("\r") == 2 and text.endswith("\n") and "4/4 merges" in text
 
 
+def test_rate_and_eta_count_from_the_bar_s_first_update(monkeypatch):
+    """Training makes the merge bar before counting starts: its rate and ETA counted the
+    counting phase too (5 merges/s and ETA 31:26 for a phase of 13K merges/s).  A fake clock:
+    made at t=0, first update at t=100 (0 done), then 500 of 1000 done at t=101."""
+    import bpe_cffi.progress as progress
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    out = io.StringIO()
+    bar = Bar("merging", unit="merges", stream=out)
+    now[0] = 100.0
+    bar.update(0, 1000, force=True)
+    now[0] = 101.0
+    bar.update(500, 1000, force=True)
+    bar.close()
+    assert "500.0 merges/s ETA 00:01" in out.getvalue(), out.getvalue()
+
+
 def test_close_twice_writes_nothing_more():
     out = io.StringIO()
     bar = Bar("x", stream=out)
