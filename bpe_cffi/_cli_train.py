@@ -195,6 +195,10 @@ def run(args) -> int:
               f"(counting {stats['count_seconds']:.1f} s, merging {stats['merge_seconds']:.1f} s)"
               f"; wrote {', '.join(written)}", file=sys.stderr)
     note = size_note(len(vocab), len(merges), args)
+    if stats["n_words"] == 0 and any(os.path.getsize(f) for f in args.files
+                                     if os.path.isfile(f)):
+        note = (f"the text has no pre-token: the pattern {args.pattern!r} matched none of it "
+                f"(nothing was learned)")
     if note:
         print(f"bpe-cffi: note: {note}", file=sys.stderr)
     return 0

@@ -38,6 +38,12 @@ def resolve(pattern: str) -> tuple:
     for known, (regex, cid) in BUILTIN.items():
         if pattern == regex:
             return known, regex, cid
+    meant = _name_meant(pattern)
+    if meant is not None:
+        raise ValueError(f"pattern {pattern!r} is not a pattern name; did you mean {meant!r}? "
+                         f"(names: gpt2, cl100k, o200k, and tiktoken's r50k_base, p50k_base, "
+                         f"cl100k_base, o200k_base.  As a regex it would match only the text "
+                         f"{pattern!r}; write (?:{pattern}) if that is what you want.)")
     import regex as _regex
     try:
         _regex.compile(pattern)
@@ -45,3 +51,19 @@ def resolve(pattern: str) -> tuple:
         raise ValueError(f"pattern is neither a known name (gpt2, cl100k, o200k) nor a valid "
                          f"regex: {exc}") from None
     return None, pattern, 0
+
+
+def _squeezed(name: str) -> str:
+    return "".join(c for c in name.lower() if c.isalnum())
+
+
+def _name_meant(pattern: str):
+    """The pattern name that `pattern` misspells by case, '-', '_' or spaces ("gpt-2",
+    "GPT2", "cl100k-base"), or None."""
+    if len(pattern) > 20 or not all(c.isalnum() or c in "-_ " for c in pattern):
+        return None                    # a regex with any syntax was written as one
+    squeezed = _squeezed(pattern)
+    for name in [*BUILTIN, *ALIASES]:
+        if _squeezed(name) == squeezed:
+            return name
+    return None

@@ -111,6 +111,24 @@ def test_a_vocabulary_of_another_size_is_explained(tmp_path):
     assert r.returncode == 0 and "note" not in r.stderr
 
 
+def test_a_misspelt_pattern_name_is_refused_and_a_pattern_matching_nothing_said(tmp_path):
+    """--pattern gpt-2 was taken as the regex 'gpt-2': 0 pre-tokens, a byte-only tokenizer,
+    exit 0 and a note blaming the merges.  A misspelt name is refused naming the right one;
+    a regex that matches none of the text is said to."""
+    a = tmp_path / "a.txt"
+    a.write_text("hello world " * 50)
+    for typo, meant in (("gpt-2", "gpt2"), ("GPT2", "gpt2"), ("cl100k-base", "cl100k_base"),
+                        ("O200K", "o200k")):
+        r = cli(a, "--vocab-size", 300, "--pattern", typo, "-o", tmp_path / "o.json")
+        assert r.returncode == 1 and f"did you mean {meant!r}" in r.stderr, r.stderr
+        assert "counting" not in r.stderr
+    assert not (tmp_path / "o.json").exists()
+    r = cli(a, "--vocab-size", 300, "--pattern", "(?:gpt-2)", "-o", tmp_path / "o.json")
+    assert r.returncode == 0 and "matched none of it" in r.stderr, r.stderr
+    r = cli(a, "--vocab-size", 300, "--pattern", "cl100k_base", "-o", tmp_path / "c.json")
+    assert r.returncode == 0 and "matched none" not in r.stderr, r.stderr
+
+
 def test_input_with_a_non_utf8_name(tmp_path):
     """File names are bytes on POSIX: one that is not UTF-8 is read like any other."""
     name = os.fsdecode(b"corpus-\xff.txt")
