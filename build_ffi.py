@@ -55,6 +55,9 @@ ffibuilder.set_source(
     "bpe_cffi._bpe_cffi",
     '#include "bpe.h"',
     sources=sorted(str(p.relative_to(HERE)) for p in CSRC.glob("*.c")),
+    # headers too: a build tree left by an earlier install is rebuilt when only a header
+    # changed (setuptools compares the output with its sources and depends)
+    depends=sorted(str(p.relative_to(HERE)) for p in CSRC.glob("*.h")),
     include_dirs=[str(CSRC.relative_to(HERE))],
     extra_compile_args=compile_args(),
     extra_link_args=link_args(),

@@ -18,6 +18,30 @@ CORPORA = ["en_books", "multilingual", "code", "web"]
 LONG = bool(os.environ.get("BPE_CFFI_LONG"))
 
 
+def _tables_regex_version() -> str:
+    """The regex release csrc/unicode_tables.h was generated from (its Unicode version)."""
+    header = (REPO / "csrc" / "unicode_tables.h").read_text(encoding="utf-8")
+    for line in header.splitlines():
+        if line.startswith("#define BPE_UC_REGEX_VERSION"):
+            return line.split('"')[1]
+    return "?"
+
+
+def _regex_version() -> str:
+    import regex
+    return regex.__version__
+
+
+TABLES_REGEX = _tables_regex_version()
+# checks of the C tables against `regex` on any code point hold only with the regex release
+# the tables came from (another has another Unicode version); the test extra pins it where
+# Python allows (3.11+)
+needs_tables_regex = pytest.mark.skipif(
+    _regex_version() != TABLES_REGEX,
+    reason=f"csrc/unicode_tables.h follows regex {TABLES_REGEX}; installed: "
+           f"{_regex_version()} (pip install regex=={TABLES_REGEX}, Python 3.11+)")
+
+
 def vocab_path(name: str) -> Path:
     p = VOCAB_DIR / name
     if not p.exists():

@@ -19,7 +19,7 @@ def _find_vocab_dir():
     env = os.environ.get("BPE_CFFI_VOCAB_DIR")
     if env:
         return Path(env)
-    for parent in Path(__file__).resolve().parents[1:]:
+    for parent in list(Path(__file__).resolve().parents)[1:]:   # (slicing: 3.10+)
         cand = parent / "shared" / "vocab"
         if cand.is_dir():
             return cand

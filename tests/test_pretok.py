@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from bpe_cffi._native import ffi, lib
 from bpe_cffi.patterns import CL100K, GPT2, O200K
-from conftest import CORPORA, LONG, read_corpus
+from conftest import CORPORA, LONG, needs_tables_regex, read_corpus
 
 PATTERNS = {"gpt2": (lib.BPE_PATTERN_GPT2, regex.compile(GPT2)),
             "cl100k": (lib.BPE_PATTERN_CL100K, regex.compile(CL100K)),
@@ -89,6 +89,7 @@ def test_random_mixed_classes(name):
         check(name, random_text(rng, rng.randint(1, 14)))
 
 
+@needs_tables_regex
 @settings(max_examples=5000 if LONG else 300, deadline=None)
 @given(st.lists(st.sampled_from(ALPHABET + WORDS), max_size=12) | st.text(max_size=20))
 def test_hypothesis_texts(parts):

@@ -22,6 +22,7 @@ import pytest
 import regex
 
 from bpe_cffi._native import ffi, lib
+from conftest import needs_tables_regex
 from bpe_cffi.patterns import GPT2, O200K
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,6 +40,7 @@ def c_byte_ends(pid: int, data: bytes) -> np.ndarray:
         lib.bpe_ids_free(ends)
 
 
+@needs_tables_regex
 @pytest.mark.parametrize("name", list(CONTEXTS))
 @pytest.mark.parametrize("start", range(0, 0x110000, CHUNK))
 def test_every_code_point(name, start):
