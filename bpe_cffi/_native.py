@@ -4,8 +4,14 @@ from . import __version__
 try:
     from ._bpe_cffi import ffi, lib
 except ImportError as exc:  # pragma: no cover - depends on how the package was installed
+    import os
+    _here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    _in_source_tree = os.path.exists(os.path.join(_here, "build_ffi.py"))
     raise ImportError(
-        "bpe_cffi's C extension is not built; install the package with `pip install .` "
+        f"bpe_cffi's C extension is not built in {_here}: that is a source tree (run from "
+        f"it, it hides a copy installed with `pip install .`); run from another directory, "
+        f"or build it in place with `pip install -e .` ({exc})" if _in_source_tree else
+        f"bpe_cffi's C extension is not built; install the package with `pip install .` "
         f"({exc})") from exc
 
 _compiled = ffi.string(lib.bpe_version()).decode()
