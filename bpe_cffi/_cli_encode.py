@@ -48,7 +48,7 @@ def add_parser(subparsers) -> None:
                    help="id width; default uint16 when the vocabulary has at most 65536 ids, "
                         "else uint32")
     p.add_argument("--threads", type=int, metavar="N",
-                   help="worker threads (default: one per core)")
+                   help="worker threads (default: one per core this process may use)")
     p.add_argument("--no-progress", action="store_true",
                    help="do not draw the progress bar on stderr")
     p.set_defaults(func=run)

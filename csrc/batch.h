@@ -6,8 +6,8 @@
 
 #include <stddef.h>
 
-/* The number of threads to use: n_threads, or the online cores when n_threads <= 0, at most
- * work_items (and at least 1). */
+/* The number of threads to use: n_threads, or bpe_cores_available() when n_threads <= 0, at
+ * most BPE_MAX_THREADS and work_items (and at least 1). */
 int bpe_thread_count(int n_threads, size_t work_items);
 
 /* Runs fn(ctx) on the calling thread and on n - 1 new threads, and joins them all before

@@ -78,6 +78,10 @@ typedef struct bpe_progress {
 
 #define BPE_MAX_THREADS 256  /* the most threads any call uses, whatever n_threads asks */
 
+/* The cores this process may run on (its CPU affinity set: taskset, a container's cpuset;
+ * else the online cores), at least 1: the thread count of a call whose n_threads is 0. */
+int bpe_cores_available(void);
+
 /* ---- the tokenizer ------------------------------------------------------------------ */
 
 /* Which pair merges first. */

@@ -22,10 +22,8 @@
 
 static int default_threads(void)
 {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    if (n < 1)
-        return 1;
-    return n > 64 ? 64 : (int)n;
+    int n = bpe_cores_available();
+    return n > 64 ? 64 : n;
 }
 
 /* The char-level options: scalar values, a limit that keeps them, valid prefix/suffix. */

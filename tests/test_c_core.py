@@ -1176,3 +1176,18 @@ def test_encode_file_cancel_midway(tmp_path, small_chunks):
     assert result["rc"] == lib.BPE_ERR_CANCELLED
     assert 0 < prog.done < prog.total == src.stat().st_size
     assert dst.stat().st_size % 4 == 0
+
+
+def test_default_thread_count_follows_cpu_affinity():
+    """n_threads=0 means the cores this process may use (taskset, a container's cpuset), not
+    every core of the machine: a 64-core host's count in a 2-core container overcommits."""
+    import os
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no CPU affinity on this system")
+    old = os.sched_getaffinity(0)
+    assert lib.bpe_cores_available() == len(old)
+    try:
+        os.sched_setaffinity(0, {min(old)})     # this thread's set, which C reads
+        assert lib.bpe_cores_available() == 1
+    finally:
+        os.sched_setaffinity(0, old)
