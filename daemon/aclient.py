@@ -18,14 +18,24 @@ from .client import (BUSY_WAIT_FIRST, BUSY_WAIT_MAX, DaemonError, DaemonTimeout,
 
 
 async def _wait(fut, delay):
-    """await fut for at most delay seconds (asyncio.TimeoutError after).  On Python 3.11+ by
-    asyncio.timeout: there, asyncio.wait_for returns a result that lands together with a
-    cancellation of the caller and drops the cancellation (the caller's wait_for / cancel
-    is then ignored)."""
+    """await fut for at most delay seconds (asyncio.TimeoutError after), a cancellation of the
+    caller always propagating.  Not asyncio.wait_for: before 3.12 it returns a result that
+    lands together with a cancellation of the caller and drops the cancellation (the
+    caller's own wait_for / cancel is then ignored).  asyncio.timeout on 3.11+; before,
+    asyncio.wait, which never swallows the caller's cancellation."""
     if hasattr(asyncio, "timeout"):
         async with asyncio.timeout(delay):
             return await fut
-    return await asyncio.wait_for(fut, delay)
+    fut = asyncio.ensure_future(fut)
+    try:
+        done, _ = await asyncio.wait({fut}, timeout=delay)
+    except asyncio.CancelledError:
+        fut.cancel()
+        raise
+    if not done:
+        fut.cancel()
+        raise asyncio.TimeoutError
+    return fut.result()
 
 
 class AsyncClient(_ClientBase):
