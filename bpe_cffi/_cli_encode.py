@@ -51,6 +51,8 @@ def add_parser(subparsers) -> None:
                    help="worker threads (default: one per core this process may use)")
     p.add_argument("--no-progress", action="store_true",
                    help="do not draw the progress bar on stderr")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="print nothing but errors (no progress bar, no summary), as train -q")
     p.set_defaults(func=run)
 
 
@@ -114,7 +116,9 @@ def run(args) -> int:
     tok = load(source, **kw)
     with tok:
         n = tok.encode_file(args.input, args.output, dtype=args.dtype,
-                            num_threads=args.threads, progress=not args.no_progress)
+                            num_threads=args.threads,
+                            progress=not (args.no_progress or args.quiet))
         width = args.dtype or ("uint16" if tok.n_vocab <= 65536 else "uint32")
-    print(f"{n:,} tokens ({width}) written to {args.output}", file=sys.stderr)
+    if not args.quiet:
+        print(f"{n:,} tokens ({width}) written to {args.output}", file=sys.stderr)
     return 0

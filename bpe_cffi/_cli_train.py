@@ -182,10 +182,13 @@ def run(args) -> int:
                 raise ValueError(f"{flag} needs --char-level (byte-level training always "
                                  "starts from the 256 bytes)")
     t0 = time.perf_counter()
-    vocab, merges, stats = _train(args.files, args.vocab_size, args.special_token,
-                                  pattern=args.pattern, num_threads=args.threads,
-                                  min_frequency=args.min_frequency, progress=not args.quiet,
-                                  **options)
+    try:
+        vocab, merges, stats = _train(args.files, args.vocab_size, args.special_token,
+                                      pattern=args.pattern, num_threads=args.threads,
+                                      min_frequency=args.min_frequency,
+                                      progress=not args.quiet, **options)
+    except (ValueError, TypeError) as exc:
+        raise type(exc)(_flag_names(str(exc))) from None
     written = write_output(args.format, args.output, vocab, merges, args.special_token,
                            args.pattern, char_level)
     if not args.quiet:
@@ -202,6 +205,20 @@ def run(args) -> int:
     if note:
         print(f"bpe-cffi: note: {note}", file=sys.stderr)
     return 0
+
+
+_FLAGS = {"vocab_size": "--vocab-size", "num_threads": "--threads",
+          "min_frequency": "--min-frequency", "max_token_length": "--max-token-length",
+          "limit_alphabet": "--limit-alphabet", "initial_alphabet": "--initial-alphabet",
+          "continuing_subword_prefix": "--continuing-subword-prefix",
+          "end_of_word_suffix": "--end-of-word-suffix"}
+
+
+def _flag_names(message: str) -> str:
+    """A train_bpe error message with its argument names written as this command's flags."""
+    for name, flag in _FLAGS.items():
+        message = message.replace(name, flag)
+    return message
 
 
 def size_note(n_vocab, n_merges, args):

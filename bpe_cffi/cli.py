@@ -8,10 +8,10 @@ import threading
 
 from . import __version__
 
-SUBCOMMANDS = [
-    "bpe_cffi._cli_encode",    # bpe-cffi encode
-    "bpe_cffi._cli_train",     # bpe-cffi train
-    "bpe_cffi.daemon.cli",     # bpe-cffi serve
+SUBCOMMANDS = [                # (module, the subcommand it adds)
+    ("bpe_cffi._cli_encode", "encode"),
+    ("bpe_cffi._cli_train", "train"),
+    ("bpe_cffi.daemon.cli", "serve"),
 ]
 
 
@@ -22,15 +22,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"bpe-cffi {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in SUBCOMMANDS:
+    for name, command in SUBCOMMANDS:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if not name.startswith(exc.name or "?"):  # a real missing dependency
-                raise
-            continue
+            if name.startswith(exc.name or "?"):      # the module itself is not installed
+                continue
+            _add_unavailable(sub, command, exc.name)  # a dependency of it is missing: the
+            continue                                  # other commands still work
         module.add_parser(sub)
     return parser
+
+
+# subcommand -> the missing package that its module needs (filled by build_parser)
+UNAVAILABLE = {}
+
+
+def _add_unavailable(sub, command: str, missing: str) -> None:
+    """Lists a subcommand whose module needs `missing`, which is not installed; main() says
+    so when it is run, whatever its arguments."""
+    UNAVAILABLE[command] = "pyzmq" if missing == "zmq" else missing
+    sub.add_parser(command, help=f"(unavailable: {UNAVAILABLE[command]} is not installed)")
 
 
 class Terminated(KeyboardInterrupt):
@@ -58,6 +70,12 @@ def _ignore_more() -> None:
 
 def main(argv=None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in UNAVAILABLE:
+        print(f"bpe-cffi: error: 'bpe-cffi {argv[0]}' needs the Python package "
+              f"{UNAVAILABLE[argv[0]]!r}, which is not installed (pip install "
+              f"{UNAVAILABLE[argv[0]]})", file=sys.stderr)
+        return 1
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from ._native import ffi, lib
+from ._native import ffi
 
 _UNITS = {"B": (1e6, "MB"), "merges": (1.0, "merges")}
 

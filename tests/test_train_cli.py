@@ -58,7 +58,7 @@ def test_cli_errors(tmp_path):
     assert not (tmp_path / "o.json").exists()
     (tmp_path / "a.txt").write_text("hello")
     r = cli(tmp_path / "a.txt", "--vocab-size", 100, "-o", tmp_path / "o.json")
-    assert r.returncode == 1 and "vocab_size" in r.stderr
+    assert r.returncode == 1 and "--vocab-size" in r.stderr
     r = cli(tmp_path / "a.txt", "-o", tmp_path / "o.json")
     assert r.returncode == 2          # argparse: --vocab-size is required
 
@@ -305,3 +305,44 @@ def test_regex_pattern_counting_is_cancellable_and_shows_progress(tmp_path):
     print(f"stopped {elapsed:.2f} s after SIGINT")
     assert "counting" in stderr
     assert not (tmp_path / "o.json").exists()
+
+
+def test_a_missing_dependency_costs_only_its_own_subcommand(tmp_path):
+    """Without pyzmq (a dependency of serve alone), every command died at import with a
+    traceback, train --help included.  Now train and encode run, and serve says what is
+    missing (pyzmq's import made to fail in a child process)."""
+    code = ("import builtins, sys\n"
+            "real = builtins.__import__\n"
+            "def imp(name, *a, **k):\n"
+            "    if name == 'zmq' or name.startswith('zmq.'):\n"
+            "        raise ModuleNotFoundError(\"No module named 'zmq'\", name='zmq')\n"
+            "    return real(name, *a, **k)\n"
+            "builtins.__import__ = imp\n"
+            "from bpe_cffi.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    a = tmp_path / "a.txt"
+    a.write_text("hello world " * 50)
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-c", code, *map(str, args)],
+                              capture_output=True, text=True, env=ENV)
+    r = run("train", a, "--vocab-size", 260, "-q", "-o", tmp_path / "t.json")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    r = run("encode", "--tokenizer", tmp_path / "t.json", a, "-o", tmp_path / "a.bin", "-q")
+    assert r.returncode == 0 and r.stderr == "", r.stderr       # -q: nothing printed
+    assert (tmp_path / "a.bin").stat().st_size > 0
+    r = run("serve", "--model", "x")
+    assert r.returncode == 1 and "needs the Python package 'pyzmq'" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    r = run("--help")
+    assert r.returncode == 0 and "unavailable: pyzmq" in r.stdout, r.stdout
+
+
+def test_errors_name_the_flags_not_the_python_arguments(tmp_path):
+    a = tmp_path / "a.txt"
+    a.write_text("hello world " * 50)
+    for args, flag in ((("--vocab-size", -5), "--vocab-size"),
+                       (("--vocab-size", 300, "--min-frequency", -1), "--min-frequency"),
+                       (("--vocab-size", 300, "--threads", -2), "--threads")):
+        r = cli(a, *args, "-o", tmp_path / "o.json")
+        assert r.returncode == 1 and f"error: {flag} must" in r.stderr, r.stderr
