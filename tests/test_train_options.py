@@ -509,8 +509,8 @@ def test_cli_char_level(tmp_path):
     (["--limit-alphabet", 5], "needs --char-level"),
     (["--char-level", "--format", "gpt2"], "--format hf"),
     (["--char-level", "--format", "tiktoken"], "--format hf"),
-    (["--max-token-length", -2], "max_token_length"),
-    (["--char-level", "--limit-alphabet", 1, "--initial-alphabet", "xy"], "limit_alphabet"),
+    (["--max-token-length", -2], "--max-token-length"),
+    (["--char-level", "--limit-alphabet", 1, "--initial-alphabet", "xy"], "--limit-alphabet"),
 ])
 def test_cli_errors(tmp_path, args, words):
     p = write_text(tmp_path, "hello")
