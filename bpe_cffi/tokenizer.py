@@ -2,9 +2,9 @@
 
 A Tokenizer owns one immutable C `bpe_tokenizer` (csrc/bpe.h), plus the Python-side facts it
 was built from (ordinary vocabulary, merges, special tokens, rule, pattern) so it can be saved.
-Every encode call checks its arguments here, hands the text to C as UTF-8 (zero-copy: a bytes
-object is passed straight through), and turns the C error code into an exception with a
-message naming the token, id or file.  CFFI releases the GIL during C calls, and the C
+Every encode call checks its arguments here (a str: TypeError for anything else), hands the
+text to C as UTF-8 (an ASCII str's characters in place, without a copy), and turns the C
+error code into an exception with a message naming the token, id or file.  CFFI releases the GIL during C calls, and the C
 tokenizer may be used by any number of threads at once, so one Tokenizer serves many threads.
 
 Two ways of splitting text:
@@ -12,9 +12,9 @@ Two ways of splitting text:
   - any other regex is run here with the `regex` module; special tokens are matched here too,
     and only the BPE of the pieces runs in C (bpe_encode_pieces).
 
-Lifetime: `close()` (or leaving a `with` block) frees the C tokenizer at once; otherwise it is
-freed when the object is garbage collected (ffi.gc).  Do not close a tokenizer while another
-thread is still encoding with it.
+Lifetime: `close()` (or leaving a `with` block) frees the C tokenizer, at once or, while
+another thread's call still uses it, when that call returns (calls started after close()
+raise ValueError); otherwise it is freed when the object is garbage collected (ffi.gc).
 """
 import errno
 import gc
@@ -162,7 +162,11 @@ def _c_threads(num_threads) -> int:
     BPE_MAX_THREADS (what C would use anyway; a larger int does not fit its int)."""
     if num_threads is None:
         return 0
-    if type(num_threads) is not int or num_threads < 0:
+    if isinstance(num_threads, bool) or not hasattr(num_threads, "__index__"):
+        raise TypeError(f"num_threads must be an int >= 1 (None or 0: one per core), not "
+                        f"{num_threads!r}")
+    num_threads = operator.index(num_threads)       # numpy's ints too
+    if num_threads < 0:
         raise ValueError(f"num_threads must be an int >= 1 (None or 0: one per core), not "
                          f"{num_threads!r}")
     return min(num_threads, lib.BPE_MAX_THREADS)
@@ -1105,7 +1109,9 @@ class Tokenizer(TiktokenMethods):
         a flat little-endian array of ids (numpy.fromfile(output_path, dtype) reads it).
         dtype: None (uint16 when n_vocab <= 65536, else uint32), "uint16", "uint32" or a numpy
         dtype.  Shows a progress bar on stderr when progress is true; Ctrl-C stops it (and the
-        output file is removed).  Returns the number of ids written."""
+        output file is removed).  Memory does not grow with the file, but each thread adds
+        its word cache and buffers (~130 MB peak RSS on 2 threads, ~560 MB on 64): more
+        threads than cores cost memory and gain nothing.  Returns the number of ids written."""
         width = self._id_width(dtype)
         self._refuse_components("encode_file")
         in_path = os.fspath(input_path)

@@ -861,3 +861,22 @@ def test_encode_batch_restores_the_garbage_collector_state():
     with pytest.raises(ValueError):
         tok.encode_batch(["<|endoftext|>"], allowed_special=set(), disallowed_special="all")
     assert gc.isenabled()
+
+
+def test_num_threads_is_read_as_an_index(tmp_path):
+    """numpy's ints are thread counts too; a str, float or bool is a TypeError (they were
+    ValueErrors, np.int64(2) refused); a negative count a ValueError."""
+    import numpy
+    tok = ours("gpt2")
+    texts = ["hello world"] * 50
+    want = [tok.encode(t) for t in texts]
+    assert tok.encode_batch(texts, num_threads=numpy.int64(2)) == want
+    src = tmp_path / "in.txt"
+    src.write_text("hello world\n" * 100)
+    assert tok.encode_file(src, tmp_path / "o.bin", num_threads=numpy.int32(2),
+                           progress=False) == len(tok.encode("hello world\n" * 100))
+    for bad in ("2", 2.0, True):
+        with pytest.raises(TypeError, match="num_threads"):
+            tok.encode_batch(texts, num_threads=bad)
+    with pytest.raises(ValueError, match="num_threads"):
+        tok.encode_batch(texts, num_threads=-1)
