@@ -194,7 +194,8 @@ def _numpy_ids(arr):
 
 
 class _GCPaused:
-    """Pauses the cyclic garbage collector while many result lists are built.
+    """Pauses the cyclic garbage collector while many result lists are built without the C
+    helper (with it, the helper pauses it while it holds the GIL; see idlist.c).
 
     Each new list counts towards the collector's threshold, so building tens of thousands of
     id lists (encode_batch) runs full collections over everything tracked, about doubling
@@ -1066,8 +1067,7 @@ class Tokenizer(TiktokenMethods):
             raise_for(rc, "encode_batch")
         job = job_p[0]
         try:
-            with _GCPaused():
-                out, rc, k = self._collect_batch(job, n)
+            out, rc, k = self._collect_batch(job, n)
         finally:
             lib.bpe_batch_finish(job)
             del ptr
@@ -1093,15 +1093,16 @@ class Tokenizer(TiktokenMethods):
         id_ends = ffi.new("size_t **")
         info = ffi.new("size_t *")
         out = [None] * n
-        while True:
-            rc = lib.bpe_batch_next(job, first, count, ids, id_ends, info)
-            if rc:
-                return [], rc, info[0]
-            c = count[0]
-            if c == 0:
-                return out, 0, 0
-            f = first[0]
-            out[f:f + c] = _split_ids(ids[0], id_ends[0], c)
+        with _GCPaused():
+            while True:
+                rc = lib.bpe_batch_next(job, first, count, ids, id_ends, info)
+                if rc:
+                    return [], rc, info[0]
+                c = count[0]
+                if c == 0:
+                    return out, 0, 0
+                f = first[0]
+                out[f:f + c] = _split_ids(ids[0], id_ends[0], c)
 
     def encode_file(self, input_path, output_path, *, dtype=None, num_threads=None,
                     progress: bool = True) -> int:

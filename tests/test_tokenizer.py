@@ -880,3 +880,39 @@ def test_num_threads_is_read_as_an_index(tmp_path):
             tok.encode_batch(texts, num_threads=bad)
     with pytest.raises(ValueError, match="num_threads"):
         tok.encode_batch(texts, num_threads=-1)
+
+
+def test_encode_batch_leaves_the_collector_alone_for_other_threads():
+    """encode_batch used to gc.disable() the whole process while it ran: other threads' cycles
+    went uncollected, and a gc.disable() made meanwhile was undone when it ended.  The helper
+    now pauses the collector only while it holds the GIL."""
+    import gc
+    from bpe_cffi import _idcache
+    if not _idcache.FAST:
+        pytest.skip("the pure-Python path pauses the collector process-wide")
+    from pyapi_helpers import corpus_slice
+    tok = ours("gpt2")
+    docs = [d for d in corpus_slice("en_books", 3_000_000).split("\n\n") if d]
+    seen = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen.append(gc.isenabled())
+
+    assert gc.isenabled()
+    try:
+        w = threading.Thread(target=watch)
+        w.start()
+        for _ in range(3):
+            tok.encode_batch(docs, num_threads=2)
+        stop.set()
+        w.join()
+        assert seen and all(seen), f"{seen.count(False)} of {len(seen)} samples saw it off"
+        b = threading.Thread(target=lambda: tok.encode_batch(docs * 3, num_threads=1))
+        b.start()
+        gc.disable()                       # this thread's wish, made while the batch runs
+        b.join()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

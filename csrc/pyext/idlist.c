@@ -223,11 +223,52 @@ static PyObject *ids_list(PyObject *self, PyObject *args)
     return make_list((const uint32_t *)(uintptr_t)address, n, &c);
 }
 
+/* The cyclic collector paused while a run of lists is made (see "Garbage collection"):
+ * each new list counts towards its threshold, and tens of thousands of them ran full
+ * collections over everything the process tracks (about doubling encode_batch's time).
+ * Paused and resumed while this thread holds the GIL, which nothing in between lets go (no
+ * collection runs, so no finalizer): no other thread ever sees the collector off, and a
+ * gc.disable() made elsewhere is never undone.  gc_pause returns whether it was on. */
+#if PY_VERSION_HEX >= 0x030A0000
+static int gc_pause(void)
+{
+    return PyGC_Disable();
+}
+
+static void gc_resume(int was_on)
+{
+    if (was_on)
+        PyGC_Enable();
+}
+#else
+static int gc_pause(void)
+{
+    return 0;    /* before 3.10 no C API: the collector runs as it would */
+}
+
+static void gc_resume(int was_on)
+{
+    (void)was_on;
+}
+#endif
+
+static int place_lists_now(PyObject *out, Py_ssize_t at, const uint32_t *ids,
+                           const size_t *ends, Py_ssize_t n_texts, const cached_ints *c);
+
 /* Lists of the ids of texts [0, n_texts) of a buffer: text k's ids are
- * ids[ends[k-1] .. ends[k]) (ends[-1] = 0), put at out[at + k]; -1 with an exception
- * when the ends go backwards or a list cannot be made. */
+ * ids[ends[k-1] .. ends[k]) (ends[-1] = 0), put at out[at + k], the collector paused; -1
+ * with an exception when the ends go backwards or a list cannot be made. */
 static int place_lists(PyObject *out, Py_ssize_t at, const uint32_t *ids, const size_t *ends,
                        Py_ssize_t n_texts, const cached_ints *c)
+{
+    int was_on = gc_pause(), rc;
+    rc = place_lists_now(out, at, ids, ends, n_texts, c);
+    gc_resume(was_on);
+    return rc;
+}
+
+static int place_lists_now(PyObject *out, Py_ssize_t at, const uint32_t *ids,
+                           const size_t *ends, Py_ssize_t n_texts, const cached_ints *c)
 {
     Py_ssize_t k;
     size_t start = 0;
