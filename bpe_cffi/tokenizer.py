@@ -24,6 +24,7 @@ import os
 import re
 import stat
 import threading
+import weakref
 from array import array
 
 from . import _idcache
@@ -191,6 +192,22 @@ def _numpy_ids(arr):
         k = int(bad.argmax())
         raise ValueError(f"unknown token id {arr[k]} at position {k}")
     return np.ascontiguousarray(arr, dtype=np.uint32)
+
+
+# Tokenizers with dropout and a random seed: a forked child gives each a new seed, or every
+# child (a fork-based data loader's workers) would repeat its parent's "random" stream.
+_RANDOM_SEEDED = weakref.WeakSet()
+
+
+def _reseed_all() -> None:
+    for tok in list(_RANDOM_SEEDED):
+        ptr = tok._ptr
+        if ptr is not None:
+            lib.bpe_tokenizer_reseed(ptr, int.from_bytes(os.urandom(8), "little"))
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reseed_all)
 
 
 class _GCPaused:
@@ -409,7 +426,9 @@ class Tokenizer(TiktokenMethods):
         ids for the same sequence of single-threaded calls (encode, encode_batch with
         num_threads=1: one stream per text in order); with more threads, texts / file
         chunks take streams in the order threads reach them, so ids vary run to run (the
-        distribution does not).  None: a random seed.
+        distribution does not).  None: a random seed, drawn again in a forked child (so
+        fork-based workers each draw their own stream; with a given seed they all repeat
+        the parent's).
       unk_token=None: the token that stands for a character (byte) with no token; None drops
         such characters (as HF does; so does a byte-level vocabulary lacking some single-byte
         tokens, trained by HF without its initial alphabet).  ValueError if it is not in the
@@ -737,6 +756,8 @@ class Tokenizer(TiktokenMethods):
             raise ValueError(f"merges rejected at {what}: {_strerror(rc)}")
         raise_for(rc, "building the tokenizer")
         self._ptr = ffi.gc(out[0], lib.bpe_tokenizer_free)
+        if opts["dropout"] and seed is None:
+            _RANDOM_SEEDED.add(self)     # a forked child draws its own stream (_reseed_all)
         self._all_mode = self._mode_for("all", ())
         _idcache.reserve(lib.bpe_tokenizer_id_limit(self._ptr))
 

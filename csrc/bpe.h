@@ -147,6 +147,11 @@ void bpe_tokenizer_free(bpe_tokenizer *tok);
 /* Largest id + 1 over ordinary and special tokens. */
 uint32_t bpe_tokenizer_id_limit(const bpe_tokenizer *tok);
 
+/* Gives the BPE-dropout generators a new seed and starts their call count again (for a
+ * forked child, which would otherwise draw its parent's stream).  No-op without dropout.
+ * Calls running meanwhile use the old seed or the new one. */
+void bpe_tokenizer_reseed(bpe_tokenizer *tok, uint64_t seed);
+
 /* The bytes of a token (ordinary or special); BPE_ERR_ID if unknown.  The pointer stays
  * valid as long as the tokenizer. */
 int bpe_token_bytes(const bpe_tokenizer *tok, uint32_t id, const uint8_t **bytes, size_t *len);

@@ -34,7 +34,8 @@
  * tokenizer's seed and a per-tokenizer call counter (atomic), through splitmix64; every draw
  * is one splitmix64 step, u = top 24 bits / 2^24 (an f32 in [0, 1), like HF's gen::<f32>).
  * So a tokenizer made with the same seed gives the same ids for the same sequence of calls
- * on one thread; concurrent calls each get their own stream.
+ * on one thread; concurrent calls each get their own stream.  bpe_tokenizer_reseed starts
+ * a new stream (Python does it in a forked child of a tokenizer whose seed was random).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -188,9 +189,18 @@ void bpe_model_begin_call(const bpe_tokenizer *tok, bpe_slot *slot)
     if (m == NULL || m->dropout == 0.0f)
         return;
     k = __atomic_fetch_add(&m->calls, 1, __ATOMIC_RELAXED);
-    st = m->seed;
+    st = __atomic_load_n(&m->seed, __ATOMIC_RELAXED);
     st ^= splitmix64(&st) ^ (k * 0xD1B54A32D192ED03ull);
     slot->rng = splitmix64(&st);
+}
+
+void bpe_tokenizer_reseed(bpe_tokenizer *tok, uint64_t seed)
+{
+    bpe_model *m = tok != NULL ? tok->model : NULL;
+    if (m == NULL)
+        return;
+    __atomic_store_n(&m->seed, seed, __ATOMIC_RELAXED);
+    __atomic_store_n(&m->calls, 0, __ATOMIC_RELAXED);
 }
 
 /* 1 if the popped merge is to be skipped. */

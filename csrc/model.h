@@ -23,7 +23,7 @@ typedef struct bpe_model {
     int fuse_unk;              /* 1: consecutive unknown symbols become one unk_id */
     uint32_t unk_id;           /* the unknown token; BPE_NO_ID: unknown symbols are dropped */
     float dropout;             /* probability of skipping a popped merge; 0: off */
-    uint64_t seed;             /* the dropout generators' seed */
+    uint64_t seed;             /* the dropout generators' seed (atomic: bpe_tokenizer_reseed) */
     uint64_t calls;            /* encode calls seeded so far (atomic): call k's generator is
                                   seeded from (seed, k) */
     uint8_t *prefix;           /* continuing-subword prefix (owned), NULL when none */

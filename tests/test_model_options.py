@@ -10,6 +10,7 @@ vocabularies, so unknown characters, byte fallback and unk fusing all happen on 
 multilingual text).  Text: a slice of every corpus; BPE_CFFI_LONG=1 takes more.
 """
 import json
+import os
 import pickle
 import statistics
 
@@ -411,6 +412,37 @@ def test_dropout_seed_reproducible():
     d, e = small(dropout=0.3, seed=9), small(dropout=0.3, seed=9)
     assert d.encode_batch([text[:5000]] * 3, num_threads=1) == \
         e.encode_batch([text[:5000]] * 3, num_threads=1)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_forked_children_draw_their_own_dropout_stream():
+    """A random seed (seed=None) was copied into every forked child: fork-based data-loader
+    workers all produced the same "random" segmentation, and the parent's next call too.
+    Each child now draws a new seed; a given seed is still repeated (as asked)."""
+    text = text_of("en_books", 5_000)
+
+    def children_outputs(tok, n=4):
+        tok.encode("warm up")                  # the parent has drawn from its stream
+        outs = []
+        for _ in range(n):
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:                        # the child: its first encode, to the pipe
+                try:
+                    os.write(w, json.dumps(tok.encode(text)).encode())
+                finally:
+                    os._exit(0)
+            os.close(w)
+            with os.fdopen(r, "rb") as f:
+                outs.append(json.loads(f.read()))
+            os.waitpid(pid, 0)
+        return outs, tok.encode(text)
+
+    outs, parent_next = children_outputs(small(dropout=0.3))
+    assert len({json.dumps(o) for o in outs}) == len(outs)
+    assert all(o != parent_next for o in outs)
+    outs, parent_next = children_outputs(small(dropout=0.3, seed=11))
+    assert all(o == parent_next for o in outs)      # a given seed: the parent's stream
 
 
 def test_dropout_with_batch_file_iterable(tmp_path):
