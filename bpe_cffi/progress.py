@@ -143,15 +143,19 @@ def _wait_surely(done, thread) -> None:
         pass                                 # its call has returned: nothing is left to wait for
 
 
-def run_cancellable(call, progress_struct, bars=None):
+def run_cancellable(call, progress_struct, bars=None, cancel=None):
     """Run `call()` (a C call that takes `progress_struct`) in a worker thread.
 
     `bars` maps a BPE_PHASE_* value to a Bar (or is None for no display).  Returns what
-    `call()` returns.  Ctrl-C in the calling thread cancels the C call, waits for it to
-    return and re-raises KeyboardInterrupt; an exception in the worker is re-raised here.
-    Whatever leaves this function, normally or by an exception, the call has returned: the
-    caller may free what the C call uses.
+    `call()` returns.  Ctrl-C in the calling thread cancels the C call (by `cancel()`, by
+    default setting progress_struct.cancel), waits for it to return and re-raises
+    KeyboardInterrupt; an exception in the worker is re-raised here.  Whatever leaves this
+    function, normally or by an exception, the call has returned: the caller may free what
+    the C call uses.
     """
+    if cancel is None:
+        def cancel():
+            progress_struct.cancel = 1
     result = {}
     done = threading.Event()
 
@@ -164,7 +168,7 @@ def run_cancellable(call, progress_struct, bars=None):
             done.set()
 
     thread = threading.Thread(target=worker, name="bpe_cffi-call", daemon=True)
-    signals = _SignalsRecorded(lambda: setattr(progress_struct, "cancel", 1))
+    signals = _SignalsRecorded(cancel)
     signals.install()                # until the call has returned: see _SignalsRecorded
     try:
         thread.start()
@@ -190,7 +194,7 @@ def run_cancellable(call, progress_struct, bars=None):
             shown = bar
         thread.join()
     except BaseException:
-        progress_struct.cancel = 1
+        cancel()
         _wait_surely(done, thread)
         if shown is not None:
             shown.close()

@@ -72,8 +72,10 @@ def _ids_py(ptr, n) -> list:
     return memoryview(ffi.buffer(ptr, 4 * n)).cast("I").tolist()
 
 
-# The C core's bpe_batch_next, for the helper's collect_batch (it does not link the core).
+# The C core's bpe_batch_next and bpe_batch_poll, for the helper's collect_batch (it does
+# not link the core).
 _BATCH_NEXT = int(ffi.cast("uintptr_t", ffi.addressof(lib, "bpe_batch_next")))
+_BATCH_POLL = int(ffi.cast("uintptr_t", ffi.addressof(lib, "bpe_batch_poll")))
 
 
 def _split_ids(ptr, ends_ptr, n_texts) -> list:
@@ -1088,7 +1090,16 @@ class Tokenizer(TiktokenMethods):
             raise_for(rc, "encode_batch")
         job = job_p[0]
         try:
-            out, rc, k = self._collect_batch(job, n)
+            if lib.bpe_batch_size(job) >= _CANCELLABLE_MIN and \
+                    threading.current_thread() is threading.main_thread():
+                # collected on a helper thread while this one waits for Ctrl-C / SIGTERM,
+                # which cancels the job: a long text cannot keep it waiting (its encoder
+                # polls the job's cancel flag), nor can a group this thread would encode
+                from .progress import run_cancellable
+                out, rc, k = run_cancellable(lambda: self._collect_batch(job, n), None,
+                                             cancel=lambda: lib.bpe_batch_cancel(job))
+            else:
+                out, rc, k = self._collect_batch(job, n)
         finally:
             lib.bpe_batch_finish(job)
             del ptr
@@ -1106,7 +1117,7 @@ class Tokenizer(TiktokenMethods):
         """(lists of ids of the n texts, 0, 0), or ([], error code, failing text).  Groups
         come in the order they finish; each goes to its place."""
         if _idcache.FAST:
-            out, rc, k = _idcache.collect_batch(_BATCH_NEXT, _address(job), n)
+            out, rc, k = _idcache.collect_batch(_BATCH_NEXT, _BATCH_POLL, _address(job), n)
             return (out, 0, 0) if rc == 0 else ([], rc, k)
         first = ffi.new("size_t *")
         count = ffi.new("size_t *")

@@ -63,6 +63,7 @@
 
 #define GROUP_BYTES (64 * 1024)
 #define MIN_BYTES_PER_WORKER (64 * 1024)
+#define SOLO_BYTES (1024 * 1024)   /* encoded per bpe_batch_next when there is no worker */
 
 #define NONE ((size_t)-1)
 
@@ -415,12 +416,19 @@ static int published_before(const bpe_batch_job *job, size_t limit)
     return 1;
 }
 
-/* Makes progress while the caller has nothing to return: encodes an unclaimed group, else a
- * running one a second time, else waits for a publication.  Called without the lock. */
+static int cancelled(const bpe_batch_job *job)
+{
+    return __atomic_load_n(&job->cancel, __ATOMIC_ACQUIRE);
+}
+
+/* Makes progress while the caller has nothing to return: encodes an unclaimed group (with no
+ * worker, several of about SOLO_BYTES in all, so that a caller taking a lock between calls,
+ * Python's GIL, takes it rarely), else a running one a second time, else waits for a
+ * publication or a cancellation.  Called without the lock. */
 static void help_or_wait(bpe_batch_job *job)
 {
     group *g = claim(job);
-    size_t seen;
+    size_t seen, done = 0;
     if (g == NULL) {
         pthread_mutex_lock(&job->lock);
         if (job->first_failed == NONE && (g = steal_candidate(job)) != NULL)
@@ -428,54 +436,122 @@ static void help_or_wait(bpe_batch_job *job)
         seen = job->n_finished;
         /* nothing to encode: sleep until something is published (a failure waits for the
          * groups before it; they are all claimed, hence running somewhere) */
-        while (g == NULL && job->n_finished == seen)
+        while (g == NULL && job->n_finished == seen && !cancelled(job))
             pthread_cond_wait(&job->changed, &job->lock);
         pthread_mutex_unlock(&job->lock);
         if (g == NULL)
             return;
     }
-    encode_group(job, &job->caller_work, &job->caller_scratch, g);
+    for (;;) {
+        encode_group(job, &job->caller_work, &job->caller_scratch, g);
+        if (job->n_workers > 0 || g->state == FAILED)
+            return;
+        for (size_t i = g->first; i < g->first + g->count; i++)
+            done += text_size(job, i);
+        if (done >= SOLO_BYTES || (g = claim(job)) == NULL)
+            return;
+    }
+}
+
+/* One look at the job for the caller: a finished group to return (BPE_OK, *count > 0), the
+ * error that ends the job, the end (BPE_OK, *count 0), or, with *pending set, nothing yet. */
+static int take(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
+                const size_t **id_ends, size_t *info, int *pending)
+{
+    group *g = NULL;
+    size_t failed;
+    *pending = 0;
+    pthread_mutex_lock(&job->lock);
+    failed = job->first_failed;
+    if (failed == NONE && job->next_out < job->n_finished)
+        g = &job->groups[job->finished[job->next_out++]];
+    else if (failed != NONE && published_before(job, failed))
+        g = &job->groups[failed];
+    pthread_mutex_unlock(&job->lock);
+    if (g != NULL && g->state == FAILED) {
+        if (info)
+            *info = g->bad;
+        job->ended = 1;                      /* nothing more to return */
+        return g->rc;
+    }
+    if (g != NULL) {
+        *first = g->first;
+        *count = g->count;
+        *ids = g->out.ids.ids;
+        *id_ends = g->out.id_ends;
+        job->last_out = (size_t)(g - job->groups);
+        return BPE_OK;
+    }
+    if (failed == NONE && job->next_out == job->n_groups)
+        job->ended = 1;                      /* every group returned */
+    else
+        *pending = 1;
+    return BPE_OK;
+}
+
+/* The start of bpe_batch_next / bpe_batch_poll: checks the arguments and gives the group
+ * returned last to the spares (the caller is done with it). */
+static int begin_call(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
+                      const size_t **id_ends)
+{
+    if (job == NULL || first == NULL || count == NULL || ids == NULL || id_ends == NULL)
+        return BPE_ERR_ARG;
+    if (job->last_out != NONE)
+        give_outbuf(job, &job->groups[job->last_out].out);
+    job->last_out = NONE;
+    *count = 0;
+    return BPE_OK;
 }
 
 int bpe_batch_next(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
                    const size_t **id_ends, size_t *info)
 {
-    if (job == NULL || first == NULL || count == NULL || ids == NULL || id_ends == NULL)
-        return BPE_ERR_ARG;
-    if (job->last_out != NONE)   /* the caller is done with it */
-        give_outbuf(job, &job->groups[job->last_out].out);
-    job->last_out = NONE;
-    *count = 0;
+    int rc = begin_call(job, first, count, ids, id_ends), pending;
+    if (rc != BPE_OK)
+        return rc;
     while (!job->ended) {
-        group *g = NULL;
-        size_t failed;
-        pthread_mutex_lock(&job->lock);
-        failed = job->first_failed;
-        if (failed == NONE && job->next_out < job->n_finished)
-            g = &job->groups[job->finished[job->next_out++]];
-        else if (failed != NONE && published_before(job, failed))
-            g = &job->groups[failed];
-        pthread_mutex_unlock(&job->lock);
-        if (g != NULL && g->state == FAILED) {
-            if (info)
-                *info = g->bad;
-            job->ended = 1;                  /* nothing more to return */
-            return g->rc;
+        rc = take(job, first, count, ids, id_ends, info, &pending);
+        if (!pending)
+            return rc;
+        if (cancelled(job)) {
+            job->ended = 1;
+            return BPE_ERR_CANCELLED;
         }
-        if (g != NULL) {
-            *first = g->first;
-            *count = g->count;
-            *ids = g->out.ids.ids;
-            *id_ends = g->out.id_ends;
-            job->last_out = (size_t)(g - job->groups);
-            return BPE_OK;
-        }
-        if (failed == NONE && job->next_out == job->n_groups)
-            job->ended = 1;                  /* every group returned */
-        else
-            help_or_wait(job);
+        help_or_wait(job);
     }
     return BPE_OK;
+}
+
+int bpe_batch_poll(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
+                   const size_t **id_ends, size_t *info)
+{
+    int rc = begin_call(job, first, count, ids, id_ends), pending;
+    if (rc != BPE_OK || job->ended)
+        return rc;
+    rc = take(job, first, count, ids, id_ends, info, &pending);
+    if (!pending)
+        return rc;
+    if (cancelled(job)) {
+        job->ended = 1;
+        return BPE_ERR_CANCELLED;
+    }
+    return BPE_BATCH_PENDING;
+}
+
+void bpe_batch_cancel(bpe_batch_job *job)
+{
+    if (job == NULL)
+        return;
+    __atomic_store_n(&job->stop, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&job->cancel, 1, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&job->lock);           /* wake a caller waiting for a publication */
+    pthread_cond_broadcast(&job->changed);
+    pthread_mutex_unlock(&job->lock);
+}
+
+size_t bpe_batch_size(const bpe_batch_job *job)
+{
+    return job != NULL ? job->total_size : 0;
 }
 
 void bpe_batch_finish(bpe_batch_job *job)

@@ -218,7 +218,7 @@ int bpe_encode_batch_flat(const bpe_tokenizer *tok, size_t n, const uint8_t *dat
  * order groups finish (NOT input order: place them by *first): its
  * texts first .. first + count - 1, their ids back to back in *ids, and the end of each
  * text's ids in *id_ends (count entries); *count is 0 once every group was returned.  While
- * no group is finished the calling thread encodes one itself.  The pointers are valid until
+ * no group is finished the calling thread encodes one itself (with no worker, about 1 MiB).  The pointers are valid until
  * the next call.  An error (the smallest failing text of the batch in *info, as
  * bpe_encode_batch) is returned instead of any further group and ends the batch; groups
  * returned before it may lie after the failing text.  bpe_batch_finish stops and
@@ -237,6 +237,23 @@ int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
 int bpe_batch_next(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
                    const size_t **id_ends, size_t *info);
 void bpe_batch_finish(bpe_batch_job *job);
+
+/* bpe_batch_next without waiting or encoding: a group already finished, the error or the
+ * end as bpe_batch_next would return them, or BPE_BATCH_PENDING (*count 0) when nothing is
+ * ready yet (call bpe_batch_next then).  For a caller that holds a lock it should not hold
+ * long, Python's GIL: it polls holding it, and lets it go only for bpe_batch_next. */
+#define BPE_BATCH_PENDING -1
+int bpe_batch_poll(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
+                   const size_t **id_ends, size_t *info);
+
+/* Stops a started job, from any thread (Ctrl-C while another thread collects it): its
+ * encoders stop within a moment and bpe_batch_next / bpe_batch_poll return
+ * BPE_ERR_CANCELLED (unless every group was already returned).  bpe_batch_finish is still
+ * called, by the collecting thread, once it is back. */
+void bpe_batch_cancel(bpe_batch_job *job);
+
+/* The size of a started job's texts: the sum of their code units times their width. */
+size_t bpe_batch_size(const bpe_batch_job *job);
 
 /* Encodes the file in_path into the open file descriptor out_fd (written from its current
  * position, never closed here) as a flat array of little-endian token ids of id_width bytes

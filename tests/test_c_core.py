@@ -789,11 +789,12 @@ def str_storage(text):
 
 
 def job_batch(tok, texts, mode=None, n_threads=2, stop_after=None, scattered=False,
-              units=False):
+              units=False, poll=False):
     """bpe_batch_start/next/finish: (per-text id lists, rc, info).  stop_after: finish the
     job after that many groups (an early exit) and return what was collected.  scattered:
     each text in its own buffer, given by `starts`, instead of all end to end.  units: texts
-    are strs, each given as CPython stores it (str_storage)."""
+    are strs, each given as CPython stores it (str_storage).  poll: bpe_batch_poll first,
+    bpe_batch_next only when it says BPE_BATCH_PENDING (as the id-list helper does)."""
     data, starts, kinds, lengths = b"".join(texts) if not units else ffi.NULL, ffi.NULL, \
         ffi.NULL, [len(t) for t in texts]
     if scattered:
@@ -815,7 +816,11 @@ def job_batch(tok, texts, mode=None, n_threads=2, stop_after=None, scattered=Fal
     lists, groups = [None] * len(texts), 0
     try:
         while stop_after is None or groups < stop_after:
-            rc = lib.bpe_batch_next(job_p[0], first, count, ids, id_ends, info)
+            rc = lib.bpe_batch_poll(job_p[0], first, count, ids, id_ends, info) if poll \
+                else lib.BPE_BATCH_PENDING
+            if rc == lib.BPE_BATCH_PENDING:
+                assert count[0] == 0
+                rc = lib.bpe_batch_next(job_p[0], first, count, ids, id_ends, info)
             if rc:
                 return lists, rc, info[0]
             if count[0] == 0:
@@ -1191,3 +1196,74 @@ def test_default_thread_count_follows_cpu_affinity():
         assert lib.bpe_cores_available() == 1
     finally:
         os.sched_setaffinity(0, old)
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+def test_job_batch_polled_gives_every_text(n_threads):
+    """bpe_batch_poll (a finished group, or BPE_BATCH_PENDING, never a wait) mixed with
+    bpe_batch_next gives each text's ids once, as bpe_encode of it; an error too."""
+    tok, _ = native_tokenizer("gpt2")
+    texts = corpus_texts(300, 3000)
+    lists, rc, _ = job_batch(tok, texts, n_threads=n_threads, poll=True)
+    assert rc == lib.BPE_OK and lists == [tok.encode(t) for t in texts]
+    t = [b"plain text " * 50] * 40
+    t[25] = b"x <|endoftext|> y"
+    lists, rc, info = job_batch(tok, t, mode=[2], n_threads=n_threads, poll=True)
+    assert (rc, info) == (lib.BPE_ERR_DISALLOWED, 25)
+
+
+@pytest.mark.parametrize("n_threads,n_texts", [(1, 1), (2, 2), (3, 5)])
+def test_job_batch_cancel_stops_long_texts(n_threads, n_texts):
+    """bpe_batch_cancel from another thread (Ctrl-C while a helper thread collects) stops
+    the encoders inside their text: bpe_batch_next returns BPE_ERR_CANCELLED, where each
+    text here takes far longer than the 50 ms before the cancel to encode.  Used to be:
+    the caller waited for every text it or a worker had started."""
+    import threading
+    tok, _ = native_tokenizer("gpt2")
+    big = b"".join(corpus_texts(40, 100_000)) * 4             # ~16 MB a text
+    texts = [big] * n_texts
+    ends = ffi.new("size_t[]", [len(big) * (i + 1) for i in range(n_texts)])
+    data = b"".join(texts)
+    job_p = ffi.new("bpe_batch_job **")
+    assert lib.bpe_batch_start(tok.ptr, n_texts, data, ffi.NULL, ends, ffi.NULL, ffi.NULL,
+                               n_threads, job_p) == lib.BPE_OK
+    assert lib.bpe_batch_size(job_p[0]) == len(data)
+    first, count = ffi.new("size_t *"), ffi.new("size_t *")
+    ids, id_ends, info = ffi.new("uint32_t **"), ffi.new("size_t **"), ffi.new("size_t *")
+    timer = threading.Timer(0.05, lib.bpe_batch_cancel, (job_p[0],))
+    try:
+        timer.start()
+        rc = lib.bpe_batch_next(job_p[0], first, count, ids, id_ends, info)
+        assert rc == lib.BPE_ERR_CANCELLED and count[0] == 0
+        assert lib.bpe_batch_poll(job_p[0], first, count, ids, id_ends, info) == lib.BPE_OK
+        assert count[0] == 0                                    # the job has ended
+    finally:
+        timer.join()
+        lib.bpe_batch_finish(job_p[0])
+
+
+def test_job_batch_cancel_after_the_end_changes_nothing():
+    tok, _ = native_tokenizer("gpt2")
+    texts = corpus_texts(20, 500)
+    job_p = ffi.new("bpe_batch_job **")
+    data = b"".join(texts)
+    ends = ffi.new("size_t[]", [sum(map(len, texts[:i + 1])) for i in range(len(texts))])
+    assert lib.bpe_batch_start(tok.ptr, len(texts), data, ffi.NULL, ends, ffi.NULL,
+                               ffi.NULL, 2, job_p) == lib.BPE_OK
+    first, count = ffi.new("size_t *"), ffi.new("size_t *")
+    ids, id_ends, info = ffi.new("uint32_t **"), ffi.new("size_t **"), ffi.new("size_t *")
+    try:
+        got = 0
+        while True:
+            assert lib.bpe_batch_next(job_p[0], first, count, ids, id_ends, info) == 0
+            if count[0] == 0:
+                break
+            got += count[0]
+        assert got == len(texts)
+        lib.bpe_batch_cancel(job_p[0])
+        assert lib.bpe_batch_next(job_p[0], first, count, ids, id_ends, info) == lib.BPE_OK
+        assert count[0] == 0
+    finally:
+        lib.bpe_batch_finish(job_p[0])
+    lib.bpe_batch_cancel(ffi.NULL)                              # NULL is fine
+

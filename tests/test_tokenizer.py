@@ -566,6 +566,9 @@ if what == "file":
 elif what == "encode":
     text = open(src, encoding="utf-8").read()
     work = lambda: tok.encode(text)
+elif what == "bigbatch":
+    text = open(src, encoding="utf-8").read()
+    work = lambda: tok.encode_batch([text[:1000], text], num_threads=2)
 else:
     docs = open(src, encoding="utf-8").read().split("\n") * 2
     work = lambda: tok.encode_batch(docs, num_threads=2)
@@ -621,11 +624,12 @@ def test_encode_file_ctrl_c_cancels(tmp_path):
     assert "encode big.txt" in err               # the progress bar was drawn
 
 
-@pytest.mark.parametrize("what", ["encode", "batch"])
+@pytest.mark.parametrize("what", ["encode", "batch", "bigbatch"])
 def test_ctrl_c_stops_a_long_encode(tmp_path, what):
-    """SIGINT during one long encode (run on a helper thread from 4 MiB on) or encode_batch
-    (the caller looks at signals after each group): KeyboardInterrupt within a fraction of a
-    second, not after the whole text (seconds here), and no helper thread left."""
+    """SIGINT during one long encode, or an encode_batch of many texts or of one long one
+    (both run on a helper thread from 4 MiB on, the job cancelled inside its texts):
+    KeyboardInterrupt within a fraction of a second, not after the whole text (seconds here;
+    the batch of one long text used to wait for it), and no helper thread left."""
     fields, _ = _interrupted(tmp_path, what, 375, 0.3)      # ~150 MB: seconds of work here
     assert fields[0] == "interrupted", fields
     late, helper_alive = fields[2], fields[4]
