@@ -816,10 +816,11 @@ def job_batch(tok, texts, mode=None, n_threads=2, stop_after=None, scattered=Fal
     lists, groups = [None] * len(texts), 0
     try:
         while stop_after is None or groups < stop_after:
-            rc = lib.bpe_batch_poll(job_p[0], first, count, ids, id_ends, info) if poll \
-                else lib.BPE_BATCH_PENDING
+            rc = lib.BPE_BATCH_PENDING
+            if poll:
+                rc = lib.bpe_batch_poll(job_p[0], first, count, ids, id_ends, info)
+                assert rc != lib.BPE_BATCH_PENDING or count[0] == 0
             if rc == lib.BPE_BATCH_PENDING:
-                assert count[0] == 0
                 rc = lib.bpe_batch_next(job_p[0], first, count, ids, id_ends, info)
             if rc:
                 return lists, rc, info[0]
