@@ -69,12 +69,32 @@ FRAGMENTS = [
 @lru_cache(maxsize=None)
 def recently_assigned(ch: str) -> bool:
     """Unassigned in Python's Unicode database (14.0 for 3.11) but a letter, number or mark
-    for the `regex` module (whose tables are newer).  tiktoken's regex engine sits in between,
-    so whether such a character is a letter differs between tiktoken and our scanner (see
+    for the `regex` module or for our scanner's tables (both newer; the installed regex may
+    be older than the tables).  tiktoken's regex engine sits in between, so whether such a
+    character is a letter differs between tiktoken and our scanner (see
     test_tiktoken_parity.test_recent_unicode_letters); random texts avoid them."""
     import unicodedata
     import regex
-    return unicodedata.category(ch) == "Cn" and regex.match(r"\p{L}|\p{N}|\p{M}", ch) is not None
+    if unicodedata.category(ch) != "Cn":
+        return False
+    return regex.match(r"\p{L}|\p{N}|\p{M}", ch) is not None or _scanner_classes(ch)
+
+
+def _scanner_classes(ch: str) -> bool:
+    """True when our C scanner takes ch for a letter or mark (o200k: it joins "a" in one
+    piece) or a number (gpt2: it joins "1")."""
+    from bpe_cffi._native import ffi, lib
+
+    def pieces(pattern, text):
+        ends = ffi.new("bpe_ids *")
+        try:
+            data = text.encode("utf-8")
+            assert lib.bpe_pretokenize(pattern, data, len(data), ends) == lib.BPE_OK
+            return ends.len
+        finally:
+            lib.bpe_ids_free(ends)
+    return pieces(lib.BPE_PATTERN_O200K, "a" + ch) == 1 or \
+        pieces(lib.BPE_PATTERN_GPT2, "1" + ch) == 1
 
 
 def random_texts(seed: int, n: int, max_fragments: int = 12) -> list:

@@ -1,5 +1,7 @@
 """Our ids against tiktoken's (the independent reference) for gpt2 (from vocab.json +
 merges.txt), cl100k_base and o200k_base (from .tiktoken): corpus slices and adversarial text."""
+import zlib
+
 import pytest
 
 from conftest import CORPORA, LONG
@@ -68,7 +70,8 @@ def test_adversarial(vocab):
 @pytest.mark.parametrize("vocab", VOCABS)
 def test_random_fragments(vocab):
     tok, enc = ours(vocab), reference(vocab)
-    texts = random_texts(seed=hash(vocab) % 1000, n=3000 if LONG else 400, max_fragments=20)
+    texts = random_texts(seed=zlib.crc32(vocab.encode()) % 1000, n=3000 if LONG else 400,
+                         max_fragments=20)   # not hash(): it changes from run to run
     for s in texts:
         assert tok.encode(s) == enc.encode(s, allowed_special="all"), repr(s)
     # the same strings concatenated: pieces crossing fragment boundaries
