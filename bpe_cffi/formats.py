@@ -83,7 +83,9 @@ def token_str_to_bytes(s: str, where: str) -> bytes:
 
 # ---- helpers ------------------------------------------------------------------------
 
-def _read_text(path) -> str:
+def _read_text(path, expected: str = None) -> str:
+    """The file's text; ValueError naming the line of invalid UTF-8 (and, given `expected`,
+    what kind of file was expected: a pickle or a .bin given for vocab.json is not text)."""
     path = os.fspath(path)
     with open(path, "rb") as f:
         raw = f.read()
@@ -91,7 +93,8 @@ def _read_text(path) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
-        raise ValueError(f"{path}:{line}: not valid UTF-8 ({exc.reason})") from None
+        hint = f"; expected {expected}" if expected else ""
+        raise ValueError(f"{path}:{line}: not valid UTF-8 ({exc.reason}){hint}") from None
 
 
 def _parse_json(text, path, **kw):
@@ -184,7 +187,7 @@ def vocab_from_token_strings(mapping, path, text=None, byte_level: bool = True) 
 
 def read_gpt2_vocab(path, byte_level: bool = True) -> dict:
     """vocab.json -> {id: bytes} (byte_level=False: token strings are plain text)."""
-    text = _read_text(path)
+    text = _read_text(path, "a GPT-2 vocab.json (a JSON object of token: id)")
     pairs = _parse_json(text, path, object_pairs_hook=_pairs_top)
     return vocab_from_token_strings(pairs, path, text, byte_level)
 
@@ -196,7 +199,8 @@ def read_gpt2_merges(path, with_lines: bool = False, byte_level: bool = True):
     merges = []
     lines = []
     cache = {}
-    for lineno, line in enumerate(_read_text(path).split("\n"), 1):
+    for lineno, line in enumerate(_read_text(path, "a GPT-2 merges.txt (two tokens a "
+                                                "line)").split("\n"), 1):
         line = line.rstrip("\r")
         if lineno == 1 and line.startswith("#version"):
             continue

@@ -257,12 +257,11 @@ def _pairs_kept_whole(iterable):
     text (each half alone would be U+FFFD)."""
     held = ""
     for chunk in iterable:
-        if not isinstance(chunk, str):          # _utf8 will refuse it
-            if held:
-                yield held
-                held = ""
-            yield chunk
-            continue
+        if not isinstance(chunk, str):
+            hint = " (a file opened in binary mode? open it as text: open(path, " \
+                "encoding='utf-8'))" if isinstance(chunk, (bytes, bytearray)) else ""
+            raise TypeError(f"encode_iterable: the iterable gave a {type(chunk).__name__}, "
+                            f"not a str{hint}")
         if held:
             chunk, held = held + chunk, ""
         if chunk and "\ud800" <= chunk[-1] <= "\udbff":
@@ -1402,7 +1401,7 @@ class Tokenizer(TiktokenMethods):
                 return ids, ffi.from_buffer("uint32_t[]", arr)
             ids = ids.tolist()
         elif not isinstance(ids, (list, tuple)):
-            if isinstance(ids, (str, bytes)):
+            if isinstance(ids, (str, bytes, set, frozenset, dict)):   # (no order: a set's)
                 raise TypeError(f"ids must be a sequence of int, not {type(ids).__name__}")
             ids = list(ids)
         if _idcache.FAST:

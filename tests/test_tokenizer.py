@@ -920,3 +920,20 @@ def test_encode_batch_leaves_the_collector_alone_for_other_threads():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_common_mistakes_get_errors_that_say_what_to_do(tmp_path):
+    """A file opened in binary mode given to encode_iterable, a set of ids (no order) given
+    to decode, a pickle given to from_files: each error says what was expected."""
+    import io
+    import pickle
+    tok = ours("gpt2")
+    with pytest.raises(TypeError, match="binary mode"):
+        list(tok.encode_iterable(io.BytesIO(b"hello\nworld\n")))
+    for ids in ({1, 2}, frozenset([1]), {1: 2}):
+        with pytest.raises(TypeError, match="sequence of int"):
+            tok.decode(ids)
+    p = tmp_path / "vocab.pkl"
+    p.write_bytes(pickle.dumps({1: b"x"}))
+    with pytest.raises(ValueError, match="expected a GPT-2 vocab.json"):
+        Tokenizer.from_files(p, p)
