@@ -26,8 +26,9 @@ Post-processors, truncation and padding are not applied by bpe_cffi: they are ac
 warning (in the result's "warnings"), because they only add tokens around an encoding (HF's
 encode(..., add_special_tokens=True)) or cut/pad it; the ids of the text itself are those of
 HF's encode(text, add_special_tokens=False).  A ByteLevel post-processor only trims offsets
-(Tokenizer.encode_with_offsets trims them as HF does) and gives no warning.  load() keeps these sections (and which added tokens are not special)
-on the Tokenizer, and Tokenizer.save() writes them back as they were.
+(Tokenizer.encode_with_offsets trims them as HF does) and gives no warning.  load() keeps
+these sections (and which added tokens are not special) on the Tokenizer, and
+Tokenizer.save() writes them back as they were.
 """
 import inspect
 import os

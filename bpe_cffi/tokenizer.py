@@ -4,8 +4,9 @@ A Tokenizer owns one immutable C `bpe_tokenizer` (csrc/bpe.h), plus the Python-s
 was built from (ordinary vocabulary, merges, special tokens, rule, pattern) so it can be saved.
 Every encode call checks its arguments here (a str: TypeError for anything else), hands the
 text to C as UTF-8 (an ASCII str's characters in place, without a copy), and turns the C
-error code into an exception with a message naming the token, id or file.  CFFI releases the GIL during C calls, and the C
-tokenizer may be used by any number of threads at once, so one Tokenizer serves many threads.
+error code into an exception with a message naming the token, id or file.  CFFI releases
+the GIL during C calls, and the C tokenizer may be used by any number of threads at once, so
+one Tokenizer serves many threads.
 
 Two ways of splitting text:
   - a built-in pattern ("gpt2", "cl100k", "o200k") runs in C, special tokens included;

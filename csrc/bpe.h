@@ -218,8 +218,8 @@ int bpe_encode_batch_flat(const bpe_tokenizer *tok, size_t n, const uint8_t *dat
  * order groups finish (NOT input order: place them by *first): its
  * texts first .. first + count - 1, their ids back to back in *ids, and the end of each
  * text's ids in *id_ends (count entries); *count is 0 once every group was returned.  While
- * no group is finished the calling thread encodes one itself (with no worker, about 1 MiB).  The pointers are valid until
- * the next call.  An error (the smallest failing text of the batch in *info, as
+ * no group is finished the calling thread encodes one itself (with no worker, about 1 MiB).
+ * The pointers are valid until the next call.  An error (the smallest failing text of the batch in *info, as
  * bpe_encode_batch) is returned instead of any further group and ends the batch; groups
  * returned before it may lie after the failing text.  bpe_batch_finish stops and
  * joins the workers and frees everything; call it exactly once per started job (NULL is
