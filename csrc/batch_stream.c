@@ -503,6 +503,20 @@ static int begin_call(bpe_batch_job *job, size_t *first, size_t *count, const ui
     return BPE_OK;
 }
 
+/* take(), and when there is nothing to return yet from a cancelled job, its end
+ * (BPE_ERR_CANCELLED). */
+static int look(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
+                const size_t **id_ends, size_t *info, int *pending)
+{
+    int rc = take(job, first, count, ids, id_ends, info, pending);
+    if (*pending && cancelled(job)) {
+        *pending = 0;
+        job->ended = 1;
+        return BPE_ERR_CANCELLED;
+    }
+    return rc;
+}
+
 int bpe_batch_next(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
                    const size_t **id_ends, size_t *info)
 {
@@ -510,13 +524,9 @@ int bpe_batch_next(bpe_batch_job *job, size_t *first, size_t *count, const uint3
     if (rc != BPE_OK)
         return rc;
     while (!job->ended) {
-        rc = take(job, first, count, ids, id_ends, info, &pending);
+        rc = look(job, first, count, ids, id_ends, info, &pending);
         if (!pending)
             return rc;
-        if (cancelled(job)) {
-            job->ended = 1;
-            return BPE_ERR_CANCELLED;
-        }
         help_or_wait(job);
     }
     return BPE_OK;
@@ -528,14 +538,8 @@ int bpe_batch_poll(bpe_batch_job *job, size_t *first, size_t *count, const uint3
     int rc = begin_call(job, first, count, ids, id_ends), pending;
     if (rc != BPE_OK || job->ended)
         return rc;
-    rc = take(job, first, count, ids, id_ends, info, &pending);
-    if (!pending)
-        return rc;
-    if (cancelled(job)) {
-        job->ended = 1;
-        return BPE_ERR_CANCELLED;
-    }
-    return BPE_BATCH_PENDING;
+    rc = look(job, first, count, ids, id_ends, info, &pending);
+    return pending ? BPE_BATCH_PENDING : rc;
 }
 
 void bpe_batch_cancel(bpe_batch_job *job)
