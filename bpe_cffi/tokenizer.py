@@ -653,11 +653,17 @@ class Tokenizer(TiktokenMethods):
         if opts["byte_fallback"]:
             kept.update(i for i in special_ids.intersection(vocab)
                         if _BYTE_TOKEN.fullmatch(vocab[i]))
+        # a special token that is also an ordinary token the merges use or make (HF's
+        # add_tokens(["ing"])): it stays ordinary for the model (split out of the text first)
+        in_merges = {x for a, b in merges for x in (a, b, a + b)} if \
+            special_ids.intersection(vocab) else set()
+        kept.update(i for i in special_ids.intersection(vocab) if vocab[i] in in_merges)
         for i in special_ids.intersection(vocab).difference(kept):
             del vocab[i]
         if len(vocab) != len(set(vocab.values())):
             raise ValueError("vocab: two tokens have the same bytes")
-        special_bytes = {s.encode("utf-8") for s in special}
+        special_bytes = {s.encode("utf-8") for s in special} - {vocab[i] for i in kept
+                                                                 if i in vocab}
         merges = [(a, b) for a, b in merges if a + b not in special_bytes
                   and a not in special_bytes and b not in special_bytes]
         self._rule = rule

@@ -509,6 +509,42 @@ def test_save_keeps_what_only_hf_applies(built, tmp_path, name):
         assert back.decode(ids) == hf.decode(ids)
 
 
+@pytest.mark.parametrize("name", ["gpt2", "suffix"])
+def test_added_token_that_the_model_also_has(built, tmp_path, name):
+    """add_tokens(["ing"]) of a token the model already has: HF keeps its id, splits it out of
+    the text first, and the model still merges into it elsewhere.  load() refused the file,
+    blaming a merge (the token was taken out of the model)."""
+    from conftest import vocab_path
+    if name == "gpt2":
+        hf = tokenizers.Tokenizer(models.BPE.from_file(str(vocab_path("gpt2_vocab.json")),
+                                                       str(vocab_path("gpt2_merges.txt"))))
+        hf.pre_tokenizer = P.ByteLevel(add_prefix_space=False)
+        hf.decoder = D.ByteLevel()
+        words = ["ing", "the", "ation"]
+    else:
+        hf = tokenizers.Tokenizer.from_file(str(built("suffix")))
+        vocab = hf.get_vocab()
+        words = [w for w in ("th", "in", "e</w>", "##er") if w in vocab][:2]
+        assert words
+    before = {w: hf.get_vocab()[w] for w in words}
+    hf.add_tokens(words)
+    hf.add_special_tokens(["<x>"])
+    assert {w: hf.token_to_id(w) for w in words} == before     # HF keeps the model's ids
+    path = tmp_path / "added.json"
+    hf.save(str(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tok = load(path)
+    texts = _parity_texts() + ["testing the nation<x>ing", "<x><x>ation"]
+    _assert_parity(tok, hf, texts)
+    assert tok.encode_batch(texts[:3]) == [tok.encode(t) for t in texts[:3]]
+    tok.save(tmp_path / "again.json")
+    again = tokenizers.Tokenizer.from_file(str(tmp_path / "again.json"))
+    for t in texts[:4]:
+        assert again.encode(t, add_special_tokens=False).ids == \
+            hf.encode(t, add_special_tokens=False).ids
+
+
 def test_missing_bytes_dropped_on_every_path(built, tmp_path):
     """A byte-level vocabulary lacking single bytes (HF trained without its initial alphabet)
     drops them as HF does, and every encoding path agrees with encode; offsets are refused
