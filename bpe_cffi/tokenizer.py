@@ -1450,17 +1450,28 @@ class Tokenizer(TiktokenMethods):
         finally:
             lib.bpe_bytes_free(out)
 
-    def decode(self, ids, errors: str = "replace") -> str:
+    def decode(self, ids, errors: str = "replace", *, skip_special_tokens: bool = False) -> str:
         """The text of a sequence of ids; bytes that are not valid UTF-8 are handled by
         `errors` as bytes.decode does ("replace": U+FFFD, as tiktoken; "strict" raises
         UnicodeDecodeError).  With a decoder: decoder.decode(the token strings), as HF does
-        (special tokens included; errors must then be "replace", the decoders' own rule)."""
+        (special tokens included; errors must then be "replace", the decoders' own rule).
+        skip_special_tokens: leave out the special tokens' ids, as HF's decode does by
+        default (an added token a tokenizer.json marks "special": false is kept, as there)."""
+        if skip_special_tokens:
+            skip = self._skipped_ids()
+            ids = [i for i in (ids.tolist() if hasattr(ids, "tolist") else ids)
+                   if i not in skip]
         if self._decoder is not None:
             if errors != "replace":
                 raise ValueError(f"decode(errors={errors!r}): a tokenizer with a decoder "
                                  f"decodes as its decoder does (errors='replace')")
             return self._decoder.decode(self.id_to_tokens(ids))
         return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+    def _skipped_ids(self) -> frozenset:
+        """The ids decode(skip_special_tokens=True) leaves out."""
+        plain = set((self._hf_kept or {}).get("non_special") or ())
+        return frozenset(i for s, i in self._special.items() if s not in plain)
 
     def id_to_tokens(self, ids) -> list:
         """The token strings of ids, as in vocab.json / tokenizer.json: the text of a

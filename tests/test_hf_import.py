@@ -545,6 +545,23 @@ def test_added_token_that_the_model_also_has(built, tmp_path, name):
             hf.encode(t, add_special_tokens=False).ids
 
 
+@pytest.mark.parametrize("name", ["whitespace", "llama", "bytelevel-prefix"])
+def test_decode_skips_special_tokens_as_hf(built, name):
+    """decode(skip_special_tokens=True), HF's default: the special tokens left out, an added
+    token marked "special": false ("hello there" in the whitespace file) kept."""
+    p = built(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tok = load(p)
+    hf = tokenizers.Tokenizer.from_file(str(p))
+    for t in ["<s>hello there</s> world <unk>", "x</s></s>y", "plain text, no specials"] + \
+            [t[:3000] for t in _parity_texts()[:4]]:
+        ids = hf.encode(t, add_special_tokens=False).ids
+        assert tok.decode(ids, skip_special_tokens=True) == \
+            hf.decode(ids, skip_special_tokens=True), t[:40]
+        assert tok.decode(ids) == hf.decode(ids, skip_special_tokens=False), t[:40]
+
+
 def test_missing_bytes_dropped_on_every_path(built, tmp_path):
     """A byte-level vocabulary lacking single bytes (HF trained without its initial alphabet)
     drops them as HF does, and every encoding path agrees with encode; offsets are refused
