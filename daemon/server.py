@@ -971,7 +971,8 @@ class Handler:
             # Every token is at most max_token_bytes long, so a text longer than
             # (limit + 1) * max_token_bytes bytes has more than `limit` tokens: stop here.
             mtb = self.max_token_bytes(opts[0])
-            if mtb and len(text) > (limit + 1) * mtb:
+            # (not when a special token is disallowed: the whole text must be looked at)
+            if mtb and opts[2] == () and len(text) > (limit + 1) * mtb:
                 n_bytes = len(text.encode("utf-8"))
                 lower = -(-n_bytes // mtb)
                 return {"count": lower, "exceeded": True, "exact": False}
@@ -1233,6 +1234,7 @@ class Server:
         self.limits = limits or P.Limits()
         self.curve = (curve_secret_key, curve_authorized_keys)
         self.drain_timeout = drain_timeout
+        self._drain_deadline = 0.0   # set when the drain starts: the replies' last moment
         self.inline_max = 1024       # payloads up to this size are answered by the main loop
         self.ctx = context or zmq.Context()
         self._own_ctx = context is None
@@ -1341,7 +1343,7 @@ class Server:
 
         while True:
             if self._stop.is_set() and deadline is None:
-                deadline = time.monotonic() + self.drain_timeout
+                deadline = self._drain_deadline = time.monotonic() + self.drain_timeout
             if deadline is not None:
                 if not pending and not busy:
                     for d in self.streams.expire(0, everything=True):
@@ -1510,7 +1512,10 @@ class Server:
 
     def _shutdown(self, idle, busy):
         self._stop_workers(idle, busy)
-        self.frontend.close(linger=1000)
+        # replies already made wait in the socket for clients to take them: they get what is
+        # left of the drain's time (a second at least), as the drain promises them an answer
+        left = self._drain_deadline - time.monotonic()
+        self.frontend.close(linger=max(1000, int(left * 1000)))
         self.backend.close(0)
         if self._auth is not None:
             self._auth.stop()
@@ -1574,6 +1579,8 @@ def serve(tokenizers, bind, workers=None, limits=None, curve_secret_key=None,
     if install_signals:
         signal.signal(signal.SIGTERM, server.request_stop)
         signal.signal(signal.SIGINT, server.request_stop)
+        if hasattr(signal, "SIGHUP"):     # a closed terminal or a 'reload': drain, not die
+            signal.signal(signal.SIGHUP, server.request_stop)
     if ready:
         ready(endpoint)
     return server.run()

@@ -462,3 +462,62 @@ def test_curve_refuses_unknown_keys(path, tok, tmp_path):
             assert c.health()["status"] == "ok"
     finally:
         d.stop()
+
+
+def test_sigterm_keeps_made_replies_for_a_slow_reader(path, tok):
+    """Replies made during a drain waited for the client only a second after the daemon
+    closed: a client that reads slowly (a small receive queue, reading 2 s after SIGTERM)
+    got 11 of its 20 replies, and the daemon exited 0 as if all were answered.  They are now
+    kept for what is left of --drain-timeout."""
+    d = Daemon({"cl100k": path}, "--drain-timeout", 30, workers=2)
+    try:
+        text = " ".join(corpus_texts(400, seed=5, max_len=3000))[:1_000_000]
+        want = tok.encode(text)
+        s = zmq.Context.instance().socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.RCVHWM, 2)
+        s.setsockopt(zmq.RCVBUF, 1 << 16)
+        s.connect(d.endpoint)
+        for i in range(20):
+            s.send(P.packb({"op": "encode", "id": i, "text": text, "ids": "bin"}))
+        time.sleep(0.5)                       # the daemon has read them and is working
+        os.kill(d.pid, signal.SIGTERM)
+        time.sleep(2.0)                       # the client is slow to read
+        got = {}
+        while len(got) < 20 and s.poll(15_000):
+            rep = msgpack.unpackb(s.recv(), raw=False)
+            got[rep["id"]] = rep
+        s.close()
+        assert len(got) == 20, sorted(got)
+        for rep in got.values():
+            assert (rep["ok"] and P.bin_to_ids(rep["ids"]) == want) or \
+                rep["code"] == P.E_SHUTTING_DOWN, rep
+        assert d.proc.wait(60) == 0
+    finally:
+        d.stop()
+
+
+def test_sighup_drains_and_exits_zero(path, tok):
+    """SIGHUP (a closed terminal, or a 'reload') killed the daemon at once, dropping the
+    work in flight; it now drains as SIGTERM does."""
+    d = Daemon({"cl100k": path}, workers=1)
+    try:
+        with Client(d.endpoint) as c:
+            assert c.encode("before") == tok.encode("before")
+        os.kill(d.pid, signal.SIGHUP)
+        assert d.proc.wait(30) == 0
+    finally:
+        d.stop()
+
+
+def test_count_with_a_limit_still_refuses_a_disallowed_special(daemon, tok):
+    """count(limit=5) of a long text with a disallowed special token returned a lower bound
+    (the shortcut for long texts skipped the text) where count without a limit refuses."""
+    from bpe_cffi.daemon import DaemonError
+    text = "hello world " * 2000 + "<|endoftext|>"
+    with Client(daemon.endpoint) as c:
+        assert c.count(text, limit=5) > 5                           # allowed by default
+        for limit in (None, 5, 10 ** 9):
+            with pytest.raises(DaemonError) as e:
+                c.count(text, limit=limit, disallowed_special="all", allowed_special="none")
+            assert e.value.code == P.E_DISALLOWED, (limit, e.value)
