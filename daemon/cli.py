@@ -22,6 +22,12 @@ def configure(p):
                    help="a tokenizer to serve (tokenizer.json, GPT-2 vocab.json with "
                         "merges.txt beside it, or .tiktoken); repeat for several; the first "
                         "is the default")
+    p.add_argument("--special-token", action="append", default=[], metavar="NAME=TOKEN",
+                   help="a special token of tokenizer NAME (repeat for several), as encode's "
+                        "--special-token: a GPT-2 vocab.json cannot mark one, so its "
+                        "<|endoftext|> is plain text unless named here (then it keeps its id, "
+                        "50256, as in tiktoken's gpt2); the tokens given replace a .tiktoken "
+                        "file's known ones")
     p.add_argument("--bind", default=DEFAULT_BIND,
                    help=f"endpoint to listen on (default {DEFAULT_BIND}; port 0 picks a free "
                         "port; the bound endpoint is printed on stdout)")
@@ -63,6 +69,38 @@ def parse_tokenizer_args(values):
     return out
 
 
+def parse_special_args(values, names):
+    """{tokenizer name: [special tokens]} from --special-token NAME=TOKEN values."""
+    out = {}
+    for v in values:
+        name, sep, token = v.partition("=")
+        if not sep or not token:
+            raise ValueError(f"--special-token {v!r}: expected NAME=TOKEN")
+        if name not in names:
+            raise ValueError(f"--special-token {v!r}: no --tokenizer is named {name!r}")
+        out.setdefault(name, []).append(token)
+    return out
+
+
+def load_tokenizers(loader, spec, args):
+    """{name: tokenizer} for the --tokenizer and --special-token values."""
+    pairs = parse_tokenizer_args(args.tokenizer)
+    specials = parse_special_args(args.special_token, dict(pairs))
+    toks = {}
+    for name, path in pairs:
+        if name not in specials:
+            toks[name] = loader(path)
+            continue
+        try:
+            toks[name] = loader(path, special_tokens=specials[name])
+        except TypeError as exc:
+            if "special_tokens" not in str(exc):
+                raise
+            raise ValueError(f"--special-token: the loader {spec} takes no special_tokens "
+                             f"argument") from None
+    return toks
+
+
 def resolve_loader(spec):
     mod, sep, fn = spec.partition(":")
     if not sep:
@@ -94,7 +132,7 @@ def run(args):
     check_limits(args)
     check_bind_security(args.bind, args.curve_secret_key, args.curve_authorized_keys)
     loader = resolve_loader(args.loader)
-    toks = {name: loader(path) for name, path in parse_tokenizer_args(args.tokenizer)}
+    toks = load_tokenizers(loader, args.loader, args)
     lim = {}
     if args.max_text_bytes is not None:
         lim["max_text_bytes"] = args.max_text_bytes

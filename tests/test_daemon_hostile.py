@@ -521,3 +521,29 @@ def test_count_with_a_limit_still_refuses_a_disallowed_special(daemon, tok):
             with pytest.raises(DaemonError) as e:
                 c.count(text, limit=limit, disallowed_special="all", allowed_special="none")
             assert e.value.code == P.E_DISALLOWED, (limit, e.value)
+
+
+def test_special_token_flag_gives_gpt2_its_endoftext(tok):
+    """A GPT-2 vocab.json cannot mark <|endoftext|> special, and serve had no way to say so:
+    the daemon's gpt2 ids differed from tiktoken's on any text holding it.  --special-token
+    NAME=TOKEN names it (id 50256 kept)."""
+    from test_daemon_support import loader_spec, vocab_file
+    if loader_spec() != "bpe_cffi:load":
+        pytest.skip("needs the real loader")
+    from conftest import tiktoken_encoding
+    enc = tiktoken_encoding("gpt2")
+    d = Daemon({"gpt2": vocab_file("gpt2_vocab.json")}, "--special-token",
+               "gpt2=<|endoftext|>", workers=1)
+    try:
+        text = "hello <|endoftext|> world"
+        with Client(d.endpoint) as c:
+            assert c.encode(text) == enc.encode(text, allowed_special="all")
+            assert 50256 in c.encode(text)
+    finally:
+        d.stop()
+    for bad in ("nope=<|endoftext|>", "gpt2"):
+        r = subprocess.run([sys.executable, "-m", "bpe_cffi.daemon", "-t",
+                            f"gpt2={vocab_file('gpt2_vocab.json')}", "--special-token", bad,
+                            "--bind", "tcp://127.0.0.1:0"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and "--special-token" in r.stderr, r.stderr
