@@ -1461,7 +1461,11 @@ class Server:
                 None, P.E_BAD_FRAMES, f"a request is one msgpack frame (got {n - 1} frames)")))
             return True
         inflight[ident] = k = inflight.get(ident, 0) + 1
-        if self._stop.is_set():
+        if self._stop.is_set() and len(payload) <= self.inline_max and \
+                _peek_key(payload, self.limits, "op") in _WHILE_DRAINING and \
+                self._inline(ident, flag, payload, t0):
+            pass                      # health, stats, info: answered ("draining")
+        elif self._stop.is_set():
             stats.count("?", P.E_SHUTTING_DOWN)
             self._send(ident, flag, P.packb(P.error_reply(
                 _peek_id(payload, self.limits), P.E_SHUTTING_DOWN, "the daemon is stopping")))
@@ -1542,24 +1546,35 @@ class Server:
             t.join(timeout=max(0.0, end - time.monotonic()))
 
 
-def _peek_id(payload, limits):
-    """The request id, for the rare replies the main loop sends itself (or None).  Reads
-    the map key by key and skips the values unbuilt, so a big text costs no copy."""
+# ops answered while the daemon drains (their replies say "draining"); the rest get
+# shutting_down
+_WHILE_DRAINING = (P.OP_HEALTH, P.OP_STATS, P.OP_INFO)
+
+
+def _peek_key(payload, limits, name):
+    """The value of key `name` of a request map when it is an int, str or bytes (or None).
+    Reads the map key by key and skips the other values unbuilt, so a big text costs no
+    copy."""
     try:
         u = msgpack.Unpacker(raw=False, max_buffer_size=max(len(payload), 1),
                              **P.unpack_limits(limits))
         u.feed(payload)
         for _ in range(min(u.read_map_header(), 64)):
             key = u.unpack()
-            if key == "id":
-                rid = u.unpack()
-                if isinstance(rid, (int, str, bytes)) and not isinstance(rid, bool):
-                    return rid
+            if key == name:
+                v = u.unpack()
+                if isinstance(v, (int, str, bytes)) and not isinstance(v, bool):
+                    return v
                 return None
             u.skip()
     except Exception:
         pass
     return None
+
+
+def _peek_id(payload, limits):
+    """The request id, for the rare replies the main loop sends itself (or None)."""
+    return _peek_key(payload, limits, "id")
 
 
 def _default_workers():

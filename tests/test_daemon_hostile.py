@@ -547,3 +547,33 @@ def test_special_token_flag_gives_gpt2_its_endoftext(tok):
                             "--bind", "tcp://127.0.0.1:0"],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 1 and "--special-token" in r.stderr, r.stderr
+
+
+def test_health_says_draining_during_a_drain(path, tok):
+    """PROTOCOL.md promises health's status "draining"; during a drain health, stats and
+    info got shutting_down errors instead.  They are answered now (other ops still get
+    shutting_down)."""
+    d = Daemon({"cl100k": path}, "--drain-timeout", 30, workers=1)
+    try:
+        big = " ".join(corpus_texts(400, seed=3, max_len=3000))[:2_000_000]
+        s = dealer(d.endpoint)
+        for i in range(6):                          # work for a drain to wait on
+            s.send(P.packb({"op": "encode", "id": i, "text": big, "ids": "bin"}))
+        first = recv_reply(s, timeout=60)
+        assert first["ok"]
+        os.kill(d.pid, signal.SIGTERM)
+        time.sleep(0.2)
+        s.send(P.packb({"op": "health", "id": "h"}))
+        s.send(P.packb({"op": "encode", "id": "late", "text": "x"}))
+        seen = {}
+        end = time.monotonic() + 60
+        while {"h", "late"} - set(seen) and time.monotonic() < end:
+            if s.poll(500):
+                rep = msgpack.unpackb(s.recv(), raw=False)
+                seen[rep["id"]] = rep
+        s.close()
+        assert seen["h"]["ok"] and seen["h"]["status"] == "draining", seen.get("h")
+        assert not seen["late"]["ok"] and seen["late"]["code"] == P.E_SHUTTING_DOWN
+        assert d.proc.wait(60) == 0
+    finally:
+        d.stop()
