@@ -52,17 +52,21 @@ class Bar:
         elapsed = now - self.start
         rate = (done - self.done0) / elapsed if elapsed > 0 else 0.0
         amount = f"{done / self.scale:,.1f}" if self.scale != 1.0 else f"{done:,}"
+        # no rate yet at the first update (a phase over before the bar was first drawn
+        # shows its amount alone, not "0.0/s")
+        speed = f" {rate / self.scale:,.1f} {self.unit}/s" if elapsed > 0 else ""
         if total:
             frac = min(done / total, 1.0)
             width = 24
             filled = int(frac * width)
             bar = "#" * filled + "-" * (width - filled)
             whole = f"{total / self.scale:,.1f}" if self.scale != 1.0 else f"{total:,}"
-            eta = _fmt_eta((total - done) / rate) if rate > 0 else "--:--"
-            line = (f"{self.label} [{bar}] {100 * frac:5.1f}% {amount}/{whole} {self.unit} "
-                    f"{rate / self.scale:,.1f} {self.unit}/s ETA {eta}")
+            eta = f" ETA {_fmt_eta((total - done) / rate)}" if rate > 0 and done < total \
+                else (" ETA --:--" if done < total else "")
+            line = (f"{self.label} [{bar}] {100 * frac:5.1f}% {amount}/{whole} {self.unit}"
+                    f"{speed}{eta}")
         else:
-            line = f"{self.label} {amount} {self.unit} {rate / self.scale:,.1f} {self.unit}/s"
+            line = f"{self.label} {amount} {self.unit}{speed}"
         if self.interactive:
             self.stream.write("\r" + line + "\x1b[K")
             self.stream.flush()

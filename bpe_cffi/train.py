@@ -145,8 +145,11 @@ def _refuse_specials_in_alphabet(specials, opts) -> None:
 
 
 def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int):
+    """value as an int (numpy's ints too); TypeError for a bool, float or str, ValueError
+    below minimum."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    value = value.__index__()
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return value
@@ -235,7 +238,7 @@ class _Options:
     def __init__(self, max_token_length=None, byte_level=True, initial_alphabet=None,
                  limit_alphabet=None, continuing_subword_prefix=None, end_of_word_suffix=None):
         if max_token_length is not None:
-            _check_int("max_token_length", max_token_length, 0)
+            max_token_length = _check_int("max_token_length", max_token_length, 0)
         if not isinstance(byte_level, bool):
             raise TypeError(f"byte_level must be True or False, not {byte_level!r}")
         if byte_level:
@@ -250,7 +253,7 @@ class _Options:
                                  "from the 256 bytes)")
         alphabet = _check_alphabet(initial_alphabet)
         if limit_alphabet is not None:
-            _check_int("limit_alphabet", limit_alphabet, 0)
+            limit_alphabet = _check_int("limit_alphabet", limit_alphabet, 0)
             if limit_alphabet < len(alphabet):
                 raise ValueError(f"limit_alphabet ({limit_alphabet}) is smaller than "
                                  f"initial_alphabet ({len(alphabet)} distinct characters), "
@@ -389,7 +392,7 @@ def _train(input_path, vocab_size, special_tokens=None, *, pattern="gpt2", num_t
     specials = _check_specials(special_tokens)
     opts = _Options(**options)
     _refuse_specials_in_alphabet(specials, opts)
-    _check_int("vocab_size", vocab_size, 0)
+    vocab_size = _check_int("vocab_size", vocab_size, 0)
     if opts.byte_level and vocab_size < 256 + len(specials):
         raise ValueError(f"vocab_size must be at least 256 + {len(specials)} special tokens "
                          f"= {256 + len(specials)}, got {vocab_size}")
@@ -399,9 +402,9 @@ def _train(input_path, vocab_size, special_tokens=None, *, pattern="gpt2", num_t
     if vocab_size > 2**32 - 1:
         raise ValueError(f"vocab_size must be below 2**32, got {vocab_size}")
     if num_threads is not None:       # 0: one per core, as encode_batch / encode_file take it
-        _check_int("num_threads", num_threads, 0)
+        num_threads = _check_int("num_threads", num_threads, 0)
     if min_frequency is not None:
-        _check_int("min_frequency", min_frequency, 0)
+        min_frequency = _check_int("min_frequency", min_frequency, 0)
     _check_int("block_size", block_size, 0)
     _name, regex_str, cid = patterns.resolve(pattern)
     paths = _as_paths(input_path)

@@ -136,3 +136,17 @@ def test_run_cancellable_runs_the_call_here_when_no_thread_starts(monkeypatch):
     prog = ffi.new("bpe_progress *")
     assert progress.run_cancellable(lambda: threading.current_thread().name, prog) == \
         threading.current_thread().name
+
+
+def test_a_phase_over_before_its_first_draw_shows_no_rate(monkeypatch):
+    """A phase that ended before its bar was first drawn (its first update is its last) said
+    '144/144 merges 0.0 merges/s ETA --:--': now its amount alone."""
+    import bpe_cffi.progress as progress
+    monkeypatch.setattr(progress.time, "monotonic", lambda: 5.0)
+    out = io.StringIO()
+    bar = Bar("merging", unit="merges", stream=out)
+    bar.update(144, 144, force=True)
+    bar.close()
+    line = out.getvalue()
+    assert "144/144 merges" in line and "/s" not in line and "ETA" not in line, line
+

@@ -389,6 +389,9 @@ def test_option_values_past_c_fields_mean_the_same(tmp_path):
     assert train_bpe(p, 280, min_frequency=2 ** 64)[1] == []
     assert train_bpe(p, 280, num_threads=2 ** 40) == full
     assert train_bpe(p, 280, num_threads=0) == full      # one per core, as encode_batch
+    import numpy
+    assert train_bpe(p, numpy.int64(280), num_threads=numpy.int32(2),
+                     max_token_length=numpy.int64(10 ** 6)) == full     # numpy's ints too
     assert train_bpe(p, 280, max_token_length=10 ** 30) == full
     chars = train_bpe(p, 40, byte_level=False)
     assert train_bpe(p, 40, byte_level=False, limit_alphabet=10 ** 30,
