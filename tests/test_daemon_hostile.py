@@ -412,12 +412,15 @@ def test_refuses_non_loopback_without_curve(path, entry, bind):
     assert r.returncode == 1 and "both" in r.stderr          # half a CURVE setup
 
 
-def test_sigint_exits_zero(path, tok):
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGHUP"])
+def test_sigint_exits_zero(path, tok, sig):
+    """SIGINT, and SIGHUP (a closed terminal, or a 'reload'; it used to kill the daemon at
+    once, dropping the work in flight), drain as SIGTERM does and exit 0."""
     d = Daemon({"cl100k": path}, workers=1)
     try:
         with Client(d.endpoint) as c:
             assert c.encode("before") == tok.encode("before")
-        os.kill(d.pid, signal.SIGINT)
+        os.kill(d.pid, getattr(signal, sig))
         assert d.proc.wait(30) == 0
     finally:
         d.stop()
@@ -493,19 +496,6 @@ def test_sigterm_keeps_made_replies_for_a_slow_reader(path, tok):
             assert (rep["ok"] and P.bin_to_ids(rep["ids"]) == want) or \
                 rep["code"] == P.E_SHUTTING_DOWN, rep
         assert d.proc.wait(60) == 0
-    finally:
-        d.stop()
-
-
-def test_sighup_drains_and_exits_zero(path, tok):
-    """SIGHUP (a closed terminal, or a 'reload') killed the daemon at once, dropping the
-    work in flight; it now drains as SIGTERM does."""
-    d = Daemon({"cl100k": path}, workers=1)
-    try:
-        with Client(d.endpoint) as c:
-            assert c.encode("before") == tok.encode("before")
-        os.kill(d.pid, signal.SIGHUP)
-        assert d.proc.wait(30) == 0
     finally:
         d.stop()
 
