@@ -250,6 +250,8 @@ class _ClientBase:
     def _connect(self, endpoint):
         s = self._ctx.socket(zmq.DEALER)
         configure_socket(s, **self._sock_opts)
+        if endpoint.startswith("tcp://["):      # an IPv6 address: ZeroMQ's IPv4 default
+            s.setsockopt(zmq.IPV6, 1)           # would not reach it
         s.connect(endpoint)
         return s
 

@@ -111,8 +111,22 @@ def is_loopback_endpoint(endpoint: str) -> bool:
         return False
 
 
+def check_endpoint(bind):
+    """ValueError for an endpoint ZeroMQ would misread: no transport ("127.0.0.1:5555"), or
+    a tcp port outside 0..65535 (ZeroMQ wraps it around: 99999 bound 34463)."""
+    if "://" not in bind:
+        raise ValueError(f"{bind}: an endpoint is TRANSPORT://ADDRESS, e.g. "
+                         f"tcp://{bind if bind[:1].isdigit() else '127.0.0.1:5555'}")
+    if bind.startswith("tcp://"):
+        port = bind.rsplit(":", 1)[-1]
+        if port != "*" and not (port.isdigit() and 0 <= int(port) <= 65535):
+            raise ValueError(f"{bind}: the port must be 0..65535 (0: any free port)")
+
+
 def check_bind_security(bind, curve_secret_key, curve_authorized_keys):
-    """ValueError unless the endpoint is loopback or CURVE is fully configured."""
+    """ValueError for a malformed endpoint (check_endpoint), and unless the endpoint is
+    loopback or CURVE is fully configured."""
+    check_endpoint(bind)
     if (curve_secret_key is None) != (curve_authorized_keys is None):
         raise ValueError("CURVE needs both --curve-secret-key and --curve-authorized-keys")
     if curve_secret_key is None and not is_loopback_endpoint(bind):
@@ -1262,6 +1276,8 @@ class Server:
         fe.setsockopt(zmq.LINGER, 1000)
         if self.curve[0] is not None:
             self._setup_curve(fe)
+        if self.bind_addr.startswith("tcp://["):     # an IPv6 address, e.g. tcp://[::1]:0
+            fe.setsockopt(zmq.IPV6, 1)
         fe.bind(_bindable(self.bind_addr))
         self.endpoint = fe.getsockopt(zmq.LAST_ENDPOINT).decode()
         be = self.backend = self.ctx.socket(zmq.ROUTER)

@@ -567,3 +567,26 @@ def test_health_says_draining_during_a_drain(path, tok):
         assert d.proc.wait(60) == 0
     finally:
         d.stop()
+
+
+def test_endpoints_zeromq_would_misread(path, tok):
+    """--bind 127.0.0.1:5555 (no transport) was refused with a CURVE message; port 99999 was
+    bound as 34463 (ZeroMQ wraps it); tcp://[::1]:0 failed with 'No such device' (IPv6 was
+    never turned on).  The first two are clear errors now, and IPv6 loopback works."""
+    for bind, says in (("127.0.0.1:5555", "TRANSPORT://ADDRESS"),
+                       ("tcp://127.0.0.1:99999", "0..65535")):
+        r = subprocess.run([sys.executable, "-m", "bpe_cffi.daemon", "-t", f"c={path}",
+                            "--bind", bind], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and says in r.stderr, r.stderr
+    if not os.path.exists("/proc/net/if_inet6"):
+        pytest.skip("no IPv6 here")
+    try:
+        d = Daemon({"cl100k": path}, bind="tcp://[::1]:0", workers=1)
+    except RuntimeError as exc:                  # a machine without IPv6 loopback
+        pytest.skip(f"no IPv6 loopback: {exc}")
+    try:
+        assert d.endpoint.startswith("tcp://[::1]:")
+        with Client(d.endpoint, timeout=10) as c:
+            assert c.encode("over IPv6") == tok.encode("over IPv6")
+    finally:
+        d.stop()
