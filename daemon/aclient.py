@@ -64,8 +64,11 @@ class AsyncClient(_ClientBase):
             except (zmq.ZMQError, asyncio.CancelledError):
                 return
             rep, rid = parse_reply(raw)
-            if rep.get("resent"):
-                continue     # the chunk's own reply is on its way (or lost: then a timeout)
+            if rep is None or rep.get("resent"):
+                # unreadable (answers nothing of ours: dropped, as Client drops it; reading
+                # .get of None here ended this reader, and every later request timed out),
+                # or a resend's: the chunk's own reply is on its way (or lost: a timeout)
+                continue
             fut = self._futures.get(rid) if rid is not None else None
             if fut is not None and not fut.done():
                 fut.set_result(rep)

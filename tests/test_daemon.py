@@ -774,3 +774,39 @@ def test_async_cancel_is_honoured_and_aborts_the_stream(daemon):
     t0 = time.monotonic()
     assert asyncio.run(run())
     assert time.monotonic() - t0 < 30
+
+
+def test_async_client_survives_an_unreadable_reply():
+    """A frame that is not msgpack (a peer that is not the daemon, a corrupted reply) ended
+    AsyncClient's reader task (None.get), and every later request timed out; it is dropped,
+    as Client drops it."""
+    import threading
+    import zmq as _zmq
+    ctx = _zmq.Context.instance()
+    router = ctx.socket(_zmq.ROUTER)
+    router.setsockopt(_zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+
+    def serve():
+        for _ in range(2):
+            if not router.poll(20_000):
+                return
+            ident, payload = router.recv_multipart()
+            req = msgpack.unpackb(payload, raw=False)
+            router.send_multipart([ident, b"\xc1 not msgpack"])
+            router.send_multipart([ident, msgpack.packb({"id": req["id"], "ok": True,
+                                                         "status": "ok"})])
+
+    t = threading.Thread(target=serve)
+    t.start()
+
+    async def run():
+        async with AsyncClient(f"tcp://127.0.0.1:{port}", timeout=5, retries=0) as c:
+            first = await c.request({"op": "health"})
+            second = await c.request({"op": "health"})
+            return first["status"], second["status"]
+    try:
+        assert asyncio.run(run()) == ("ok", "ok")
+    finally:
+        t.join()
+        router.close()
