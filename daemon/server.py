@@ -1354,7 +1354,7 @@ class Server:
         poller.register(be, zmq.POLLIN)
         fe_polled = True
         next_reap = time.monotonic() + 1.0
-        deadline = None
+        deadline = quiet_end = None
         NOBLOCK, EVENTS, POLLIN = int(zmq.NOBLOCK), _EVENTS, _POLLIN
 
         while True:
@@ -1368,8 +1368,11 @@ class Server:
                     if not inflight or time.monotonic() > deadline:
                         # a last look for requests that arrived meanwhile (they are told
                         # the daemon is stopping) before the socket closes; requests a busy
-                        # machine is still moving off the wire get DRAIN_QUIET to show up
-                        if time.monotonic() <= deadline and (
+                        # machine is still moving off the wire get DRAIN_QUIET to show up,
+                        # but clients that keep sending (retrying) hold it DRAIN_LAST at most
+                        if quiet_end is None:
+                            quiet_end = time.monotonic() + self.DRAIN_LAST_S
+                        if time.monotonic() <= min(deadline, quiet_end) and (
                                 self._read_frontend(pending) or fe.poll(self.DRAIN_QUIET_MS)):
                             continue
                         break
@@ -1415,6 +1418,7 @@ class Server:
         return 0
 
     DRAIN_QUIET_MS = 200      # stopping: exit once the front end has been quiet this long
+    DRAIN_LAST_S = 1.0        # ... or this long after the work ran out, whatever comes in
     MAX_JOBS_PER_HANDOFF = 8
     MAX_BYTES_PER_HANDOFF = 256 << 10
 

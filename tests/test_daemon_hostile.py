@@ -590,3 +590,32 @@ def test_endpoints_zeromq_would_misread(path, tok):
             assert c.encode("over IPv6") == tok.encode("over IPv6")
     finally:
         d.stop()
+
+
+def test_drain_ends_although_clients_keep_sending(path):
+    """With no work left a drain waited for a quiet front end; clients that kept sending
+    (each answered shutting_down, and retrying) held the daemon for the whole
+    --drain-timeout (60 s here), port bound.  It now ends within a second of the work."""
+    d = Daemon({"cl100k": path}, "--drain-timeout", 60, workers=1)
+    stop = threading.Event()
+
+    def pester():
+        s = dealer(d.endpoint)
+        while not stop.is_set():
+            s.send(P.packb({"op": "encode", "id": 1, "text": "hello"}))
+            if s.poll(50):
+                s.recv()
+        s.close()
+
+    threads = [threading.Thread(target=pester) for _ in range(3)]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        os.kill(d.pid, signal.SIGTERM)
+        assert d.proc.wait(30) == 0        # not the 60 s of --drain-timeout
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        d.stop()
