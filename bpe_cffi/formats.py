@@ -220,6 +220,18 @@ def read_gpt2_merges(path, with_lines: bool = False, byte_level: bool = True):
     return (merges, lines) if with_lines else merges
 
 
+def merge_names(pairs, prefix="") -> set:
+    """Every token a merge list names: both parts of each merge (a, b) and its result, a + b
+    with b's continuing-subword prefix cut (HF's rule; a + b whole is kept too).  pairs and
+    prefix are token strings or token bytes, alike."""
+    out = set()
+    for a, b in pairs:
+        out.update((a, b, a + b))
+        if prefix and b.startswith(prefix):
+            out.add(a + b[len(prefix):])
+    return out
+
+
 def check_merges(vocab: dict, merges, where: str = "merges",
                  line_of=lambda i: None, cut: int = 0) -> list:
     """[(left bytes, right bytes)] -> [(left id, right id)], checking that both parts and

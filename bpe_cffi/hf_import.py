@@ -357,7 +357,8 @@ def _vocab_and_merges(model, special, byte_level, path, text, fail):
     # added tokens may also appear in model.vocab, as raw strings: they are special here,
     # and stay model tokens too when the merges use or make them (HF's add_tokens(["ing"])
     # of a token the model has: the model still merges "in" + "g" into it)
-    in_merges = _merge_strings(raw_merges, model.get("continuing_subword_prefix") or "")
+    in_merges = formats.merge_names(_merge_pairs(raw_merges),
+                                    model.get("continuing_subword_prefix") or "")
     raw_vocab = {s: i for s, i in raw_vocab.items()
                  if not (s in special and special[s] == i and s not in in_merges)}
     if byte_level:
@@ -400,19 +401,14 @@ def _vocab_and_merges(model, special, byte_level, path, text, fail):
     return vocab, merges
 
 
-def _merge_strings(raw_merges, prefix: str) -> set:
-    """The token strings merges name: their parts and results (a result drops the right
-    part's continuing-subword prefix).  Malformed entries are left to the merges' check."""
-    out = set()
+def _merge_pairs(raw_merges):
+    """The (left, right) token strings of the well-formed entries of model.merges (either
+    form); the others are left to the merges' check."""
     for m in raw_merges:
         parts = m.split(" ") if isinstance(m, str) else m
         if isinstance(parts, list) and len(parts) == 2 and all(isinstance(p, str)
                                                                for p in parts):
-            a, b = parts
-            out.update((a, b, a + b))
-            if prefix and b.startswith(prefix):
-                out.add(a + b[len(prefix):])
-    return out
+            yield parts[0], parts[1]
 
 
 def _text_vocab(raw_vocab, path, text) -> dict:

@@ -649,16 +649,16 @@ class Tokenizer(TiktokenMethods):
         opts, unk_id, prefix, suffix = self._options(extra, rule, vocab)
         special_ids = set(special.values())
         vocab = dict(vocab)
+        shared = special_ids.intersection(vocab)     # special ids the vocabulary has too
         kept = {unk_id}
         if opts["byte_fallback"]:
-            kept.update(i for i in special_ids.intersection(vocab)
-                        if _BYTE_TOKEN.fullmatch(vocab[i]))
+            kept.update(i for i in shared if _BYTE_TOKEN.fullmatch(vocab[i]))
         # a special token that is also an ordinary token the merges use or make (HF's
         # add_tokens(["ing"])): it stays ordinary for the model (split out of the text first)
-        in_merges = {x for a, b in merges for x in (a, b, a + b)} if \
-            special_ids.intersection(vocab) else set()
-        kept.update(i for i in special_ids.intersection(vocab) if vocab[i] in in_merges)
-        for i in special_ids.intersection(vocab).difference(kept):
+        if shared:
+            in_merges = formats.merge_names(merges, prefix)
+            kept.update(i for i in shared if vocab[i] in in_merges)
+        for i in shared.difference(kept):
             del vocab[i]
         if len(vocab) != len(set(vocab.values())):
             raise ValueError("vocab: two tokens have the same bytes")

@@ -525,7 +525,13 @@ def test_added_token_that_the_model_also_has(built, tmp_path, name):
         hf = tokenizers.Tokenizer.from_file(str(built("suffix")))
         vocab = hf.get_vocab()
         words = [w for w in ("th", "in", "e</w>", "##er") if w in vocab][:2]
-        assert words
+        # and a token only a merge makes, cutting the right part's "##" ("thin" + "##k</w>")
+        merges = [m if isinstance(m, list) else m.split(" ")
+                  for m in json.loads(hf.to_str())["model"]["merges"]]
+        parts = {p for m in merges for p in m}
+        words += [a + b[2:] for a, b in merges if b.startswith("##") and
+                  a + b[2:] not in parts][-1:]
+        assert len(words) == 3
     before = {w: hf.get_vocab()[w] for w in words}
     hf.add_tokens(words)
     hf.add_special_tokens(["<x>"])
