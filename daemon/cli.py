@@ -39,22 +39,35 @@ def configure(p):
                    help="directory of client public certificates allowed to connect")
     p.add_argument("--drain-timeout", type=float, default=10.0,
                    help="seconds to answer in-flight requests after SIGTERM (default 10)")
-    p.add_argument("--max-text-bytes", type=int, default=None, metavar="N",
-                   help="largest text (UTF-8 bytes) in a request; a larger "
-                        f"one is answered too_large (default {P.Limits().max_text_bytes})")
-    p.add_argument("--max-frame-bytes", type=int, default=None, metavar="N",
-                   help="largest request message in bytes; a client sending a larger one is "
-                        f"disconnected (ZMQ_MAXMSGSIZE; default {P.Limits().max_frame_bytes})")
-    p.add_argument("--max-inflight", type=int, default=None, metavar="N",
-                   help="requests of one client queued or running; more are answered busy "
-                        f"(default {P.Limits().max_inflight_per_client})")
-    p.add_argument("--stream-idle", type=float, default=None, metavar="SECONDS",
-                   help="seconds before an idle stream is dropped (default "
-                        f"{P.Limits().stream_idle_s:g})")
+    defaults = P.Limits()
+    for flag, field, kind, metavar, _least, help_ in LIMIT_FLAGS:
+        default = getattr(defaults, field)
+        p.add_argument(flag, type=kind, default=None, metavar=metavar,
+                       help=help_.format(default if kind is int else f"{default:g}"))
     p.add_argument("--loader", default="bpe_cffi:load",
                    help="MODULE:FUNCTION that loads PATH into a tokenizer (default "
                         "bpe_cffi:load)")
     p.set_defaults(func=run)
+
+
+# The flags that set a protocol.Limits field: (flag, field, type, metavar, least value,
+# help with {} for the default), for the parser, check_limits and run alike.
+LIMIT_FLAGS = (
+    ("--max-text-bytes", "max_text_bytes", int, "N", 1,
+     "largest text (UTF-8 bytes) in a request; a larger one is answered too_large "
+     "(default {})"),
+    ("--max-frame-bytes", "max_frame_bytes", int, "N", 64,
+     "largest request message in bytes; a client sending a larger one is disconnected "
+     "(ZMQ_MAXMSGSIZE; default {})"),
+    ("--max-inflight", "max_inflight_per_client", int, "N", 1,
+     "requests of one client queued or running; more are answered busy (default {})"),
+    ("--stream-idle", "stream_idle_s", float, "SECONDS", 0.001,
+     "seconds before an idle stream is dropped (default {})"),
+)
+
+
+def _flag_value(args, flag):
+    return getattr(args, flag[2:].replace("-", "_"))
 
 
 def parse_tokenizer_args(values):
@@ -117,12 +130,9 @@ def resolve_loader(spec):
 def check_limits(args):
     """ValueError for option values with which the daemon could not serve (every request
     busy or too large, streams dropped at once), before anything is loaded."""
-    for flag, value, least in (("--workers", args.workers, 1),
-                               ("--max-text-bytes", args.max_text_bytes, 1),
-                               ("--max-frame-bytes", args.max_frame_bytes, 64),
-                               ("--max-inflight", args.max_inflight, 1),
-                               ("--stream-idle", args.stream_idle, 0.001),
-                               ("--drain-timeout", args.drain_timeout, 0)):
+    for flag, least in [("--workers", 1), ("--drain-timeout", 0)] + \
+            [(f[0], f[4]) for f in LIMIT_FLAGS]:
+        value = _flag_value(args, flag)
         if value is not None and not value >= least:
             raise ValueError(f"{flag} must be at least {least:g}, not {value:g}")
 
@@ -133,15 +143,8 @@ def run(args):
     check_bind_security(args.bind, args.curve_secret_key, args.curve_authorized_keys)
     loader = resolve_loader(args.loader)
     toks = load_tokenizers(loader, args.loader, args)
-    lim = {}
-    if args.max_text_bytes is not None:
-        lim["max_text_bytes"] = args.max_text_bytes
-    if args.max_frame_bytes is not None:
-        lim["max_frame_bytes"] = args.max_frame_bytes
-    if args.max_inflight is not None:
-        lim["max_inflight_per_client"] = args.max_inflight
-    if args.stream_idle is not None:
-        lim["stream_idle_s"] = args.stream_idle
+    lim = {field: _flag_value(args, flag) for flag, field, *_ in LIMIT_FLAGS
+           if _flag_value(args, flag) is not None}
 
     def ready(endpoint):
         sys.stdout.write(endpoint + "\n")
