@@ -61,8 +61,8 @@ class Bar:
             filled = int(frac * width)
             bar = "#" * filled + "-" * (width - filled)
             whole = f"{total / self.scale:,.1f}" if self.scale != 1.0 else f"{total:,}"
-            eta = f" ETA {_fmt_eta((total - done) / rate)}" if rate > 0 and done < total \
-                else (" ETA --:--" if done < total else "")
+            eta = "" if done >= total else \
+                f" ETA {_fmt_eta((total - done) / rate) if rate > 0 else '--:--'}"
             line = (f"{self.label} [{bar}] {100 * frac:5.1f}% {amount}/{whole} {self.unit}"
                     f"{speed}{eta}")
         else:

@@ -1469,9 +1469,14 @@ class Tokenizer(TiktokenMethods):
         return self.decode_bytes(ids).decode("utf-8", errors=errors)
 
     def _skipped_ids(self) -> frozenset:
-        """The ids decode(skip_special_tokens=True) leaves out."""
-        plain = set((self._hf_kept or {}).get("non_special") or ())
-        return frozenset(i for s, i in self._special.items() if s not in plain)
+        """The ids decode(skip_special_tokens=True) leaves out (made once: a file may list
+        thousands of added tokens, and a stream decodes a few ids at a time)."""
+        skip = self.__dict__.get("_skip_ids")
+        if skip is None:
+            plain = set((self._hf_kept or {}).get("non_special") or ())
+            skip = self._skip_ids = frozenset(i for s, i in self._special.items()
+                                              if s not in plain)
+        return skip
 
     def id_to_tokens(self, ids) -> list:
         """The token strings of ids, as in vocab.json / tokenizer.json: the text of a
