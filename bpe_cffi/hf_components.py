@@ -45,6 +45,8 @@ import unicodedata
 
 import regex
 
+from .offsets import WHITE_SPACE
+
 __all__ = [
     "UnsupportedComponent",
     # pre-tokenizers
@@ -68,8 +70,7 @@ class UnsupportedComponent(ValueError):
 # ---- shared helpers -----------------------------------------------------------------------
 
 # Rust's char::is_whitespace: the Unicode White_Space property.
-_WHITE_SPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
-                "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+_WHITE_SPACE = "".join(sorted(WHITE_SPACE))
 _WS_CLASS = "[" + "".join(f"\\u{ord(c):04x}" for c in _WHITE_SPACE) + "]"
 
 # HF's ByteLevel regex (GPT-2's, as HF writes it).

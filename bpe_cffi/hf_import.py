@@ -5,8 +5,9 @@ refusal.
 merges, the added tokens, the split pattern or pre-tokenizer, the normalizer and decoder (as
 `hf_components` objects) and the model options as `Tokenizer` keyword arguments.  Anything
 it cannot reproduce exactly is refused with ValueError("<file>: <what>"): a model other than
-BPE, a component or option `hf_components` does not implement, added tokens whose matching
-differs (lstrip/rstrip/single_word, or normalized with a normalizer), unknown fields.
+BPE, a component or option `hf_components` does not implement, unknown fields.  Added tokens'
+options (lstrip, rstrip, single_word, normalized) are read and applied by
+`added_tokens.AddedTokens`.
 
 Which split runs where:
   - ByteLevel(add_prefix_space=false, use_regex=true) alone is GPT-2's split: pattern
@@ -36,6 +37,7 @@ import os
 from . import formats
 from . import hf_components as hc
 from . import patterns
+from .added_tokens import FLAG_NAMES, Flags
 
 TOP_LEVEL_KEYS = {"version", "truncation", "padding", "added_tokens", "normalizer",
                   "pre_tokenizer", "post_processor", "decoder", "model"}
@@ -61,6 +63,8 @@ def read_hf_tokenizer_json(path, doc=None, text=None) -> dict:
                      before the model runs, special or not);
       added_non_special  [str], the added tokens with "special": false (HF's decode with
                      skip_special_tokens keeps these);
+      added_flags    {str: added_tokens.Flags} of the added tokens with lstrip, rstrip,
+                     single_word or normalized set;
       rule           "merges" (or "tiktoken" for a file bpe_cffi wrote for a tiktoken vocab);
       pattern        the split pattern for Tokenizer(pattern=...) (a built-in name or a regex),
                      or None when the pre_tokenizer option does the splitting;
@@ -113,7 +117,7 @@ def read_hf_tokenizer_json(path, doc=None, text=None) -> dict:
 
     byte_level = _ends_with_byte_level(pre, fail)
     options = _model_options(model, fail)
-    special, non_special = _added_tokens(doc, normalizer, fail)
+    special, non_special, flags = _added_tokens(doc, fail)
     vocab, merges = _vocab_and_merges(model, special, byte_level, path, text, fail)
 
     rule = formats.RULE_MERGES
@@ -157,7 +161,7 @@ def read_hf_tokenizer_json(path, doc=None, text=None) -> dict:
     if rule == formats.RULE_TIKTOKEN and options:
         fail(f"bpe_cffi.rule 'tiktoken' with option(s) {sorted(options)}: unsupported")
     return {"vocab": vocab, "merges": merges, "special": special,
-            "added_non_special": non_special, "rule": rule, "pattern": pattern,
+            "added_non_special": non_special, "added_flags": flags, "rule": rule, "pattern": pattern,
             "ignore_merges": _get_bool(model, "ignore_merges", False, fail),
             "byte_level": byte_level, "options": options, "pre_tokenizer": pre,
             "normalizer": normalizer, "decoder": decoder,
@@ -302,9 +306,9 @@ def _model_options(model, fail) -> dict:
     return opts
 
 
-def _added_tokens(doc, normalizer, fail):
-    """{content: id} of the added tokens, and the list of non-special ones; refuses options
-    that change how they are found in text."""
+def _added_tokens(doc, fail):
+    """{content: id} of the added tokens, the list of non-special ones, and {content: Flags}
+    of those with an option set (lstrip, rstrip, single_word, normalized)."""
     raw = doc.get("added_tokens")
     if raw is None:
         raw = []
@@ -312,6 +316,7 @@ def _added_tokens(doc, normalizer, fail):
         fail("added_tokens must be a list")
     special = {}
     non_special = []
+    flags = {}
     for k, t in enumerate(raw):
         where = f"added_tokens[{k}]"
         if not isinstance(t, dict) or not isinstance(t.get("content"), str) or not t["content"]:
@@ -321,13 +326,9 @@ def _added_tokens(doc, normalizer, fail):
             fail(f"{where} ({t['content']!r}): unknown field(s) {extra}: unsupported")
         s = t["content"]
         i = _checked_id(t.get("id"), where, fail)
-        for flag in ("single_word", "lstrip", "rstrip"):
-            if t.get(flag):
-                fail(f"{where} ({s!r}) has {flag}=true: unsupported (it changes where the "
-                     f"token matches)")
-        if t.get("normalized") and normalizer is not None:
-            fail(f"{where} ({s!r}) has normalized=true with a normalizer: unsupported (HF "
-                 f"matches it in the normalized text)")
+        for flag in FLAG_NAMES:
+            if not isinstance(t.get(flag, False), bool):
+                fail(f"{where} ({s!r}): {flag} must be true or false, not {t[flag]!r}")
         if s in special and special[s] != i:
             fail(f"{where}: {s!r} appears twice, with ids {special[s]} and {i}")
         if i in special.values() and special.get(s) != i:
@@ -336,7 +337,10 @@ def _added_tokens(doc, normalizer, fail):
         special[s] = i
         if not t.get("special", False):
             non_special.append(s)
-    return special, non_special
+        got = Flags(*(t.get(flag, False) for flag in FLAG_NAMES))
+        if got != Flags():
+            flags[s] = got
+    return special, non_special, flags
 
 
 def _checked_id(value, where, fail) -> int:
@@ -377,7 +381,7 @@ def _vocab_and_merges(model, special, byte_level, path, text, fail):
         if i in vocab and vocab[i] != b:
             fail(f"added token {s!r} has id {i}, which is the model's token {vocab[i]!r}: "
                  f"unsupported")
-        if by_bytes.get(b, i) != i:
+        if by_bytes.get(b, i) != i and not byte_level:   # (byte-level: token strings differ)
             fail(f"added token {s!r} (id {i}) is also the model's token {by_bytes[b]}: "
                  f"unsupported")
     merges = []

@@ -171,15 +171,16 @@ def encode_with_offsets(tok, text: str, *, ordinary: bool = False, **encode_kwar
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:          # surrogates: the tokenizer encoded a repair
-            spans = _surrogate_spans(tok, ids, text, spans)
+            encoded = tok.decode_bytes(ids).decode("utf-8", errors="replace")
+            spans = surrogate_spans(encoded, text, spans)
     return ids, spans
 
 
-def _surrogate_spans(tok, ids, text: str, spans: list) -> list:
-    """Map spans over the text the tokenizer actually encoded (surrogates repaired the way
-    tiktoken does: a lone one becomes U+FFFD, a high+low pair the character it encodes) back
-    to indices in the caller's `text`.  Rare, so simple: one entry per encoded character."""
-    encoded = tok.decode_bytes(ids).decode("utf-8", errors="replace")
+def surrogate_spans(encoded: str, text: str, spans: list) -> list:
+    """Map spans over `encoded`, the text the tokenizer actually encoded (surrogates repaired
+    the way tiktoken does: a lone one becomes U+FFFD, a high+low pair the character it
+    encodes), back to indices in the caller's `text`.  Rare, so simple: one entry per encoded
+    character."""
     first = []                              # encoded char index -> first index in `text`
     i = 0
     for ch in encoded:
@@ -267,9 +268,11 @@ def _replace_offsets(tok, ids, data: bytes) -> list:
 # char::is_whitespace; in an added token's text).
 
 _ALPHABET_SPACE = "\u0120"
-_WHITE_SPACE = frozenset(map(chr, [*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680,
-                                   *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F,
-                                   0x3000]))
+# Rust's char::is_whitespace: the Unicode White_Space property (hf_components and
+# added_tokens use it too).
+WHITE_SPACE = frozenset(map(chr, [*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680,
+                                  *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F,
+                                  0x3000]))
 
 
 def trimming_steps(post_processor) -> list:
@@ -289,7 +292,7 @@ def trimming_steps(post_processor) -> list:
 def _space_run(chars) -> int:
     n = 0
     for c in chars:
-        if c != _ALPHABET_SPACE and c not in _WHITE_SPACE:
+        if c != _ALPHABET_SPACE and c not in WHITE_SPACE:
             break
         n += 1
     return n

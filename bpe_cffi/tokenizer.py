@@ -29,6 +29,7 @@ import weakref
 from array import array
 
 from . import _idcache
+from . import added_tokens
 from . import formats
 from . import patterns
 from ._native import ffi, lib, raise_for
@@ -134,10 +135,14 @@ def _numbered_after(vocab: dict, known: dict, names) -> dict:
     return out
 
 
-def _check_special_ids(vocab: dict, special) -> None:
+def _check_special_ids(vocab: dict, special, byte_level: bool = True) -> None:
     """Checks special tokens given as {str: id} against a vocabulary {id: bytes}: ValueError
-    for an id that is another token's, or a token that is also an ordinary token under
-    another id, or two tokens with one id."""
+    for an id that is another token's, or two tokens with one id, or (for a character-level
+    vocabulary) a token that is also an ordinary token under another id.  A byte-level
+    vocabulary may have a special token's bytes as an ordinary token (HF's added "\n\n" in a
+    GPT-2 vocabulary, whose token string is "\u010a\u010a"): encode finds the special token
+    first, encode_ordinary gives the ordinary one; a character-level tokenizer.json could not
+    hold both under one string."""
     if not isinstance(special, dict):
         raise TypeError("special_tokens must be a dict {str: id}")
     wanted = {s.encode("utf-8") for s in special if isinstance(s, str)}
@@ -153,7 +158,7 @@ def _check_special_ids(vocab: dict, special) -> None:
             raise ValueError(f"special token {s!r}: id {i} is already the ordinary token "
                              f"{vocab[i]!r}")
         j = by_bytes.get(s.encode("utf-8"))
-        if j is not None and j != i:
+        if j is not None and j != i and not byte_level:
             raise ValueError(f"special token {s!r} has id {i} but is also the ordinary "
                              f"token {j}")
     ids = list(special.values())
@@ -453,12 +458,18 @@ class Tokenizer(TiktokenMethods):
     encode_iterable / encode_file refuse a normalizer or pre_tokenizer; encode_with_offsets
     refuses options that change the token bytes (normalizer, pre_tokenizer, prefix, suffix,
     unk_token, byte_fallback).
+    A tokenizer.json's added tokens with lstrip, rstrip, single_word or normalized set are
+    found as HF finds them (bpe_cffi.added_tokens; encode_iterable / encode_file refuse them).
     """
 
     _ptr = None       # the C tokenizer; an instance attribute until close() takes it
     # what a loaded tokenizer.json held for HF alone (post_processor, truncation, padding,
-    # the added tokens that are not special), written back by save(); None: nothing
+    # the added tokens that are not special, the added tokens' options), written back by
+    # save(); None: nothing
     _hf_kept = None
+    # added_tokens.AddedTokens when a loaded tokenizer.json's added-token options change
+    # where its tokens are found (then the text goes through Python: _encode_py)
+    _added = None
 
     # ---- construction ---------------------------------------------------------------------
 
@@ -509,7 +520,7 @@ class Tokenizer(TiktokenMethods):
             raise TypeError("special_tokens must be a list of str, not a single string")
         if isinstance(special_tokens, dict):         # ids given: kept, or refused
             special = dict(special_tokens)
-            _check_special_ids(clean, special)
+            _check_special_ids(clean, special, bool(byte_level))
             special_tokens = ()
         else:
             special = {}
@@ -587,7 +598,7 @@ class Tokenizer(TiktokenMethods):
     @classmethod
     def _from_parts(cls, rule, vocab, merges, special, pattern,
                     cache_capacity=DEFAULT_CACHE_CAPACITY, ignore_merges=True, **extra):
-        _check_special_ids(vocab, special)
+        _check_special_ids(vocab, special, bool(extra.get("byte_level", True)))
         self = cls.__new__(cls)
         self._build(rule, vocab, merges, special, pattern, cache_capacity, ignore_merges,
                     extra)
@@ -658,14 +669,13 @@ class Tokenizer(TiktokenMethods):
         if shared:
             in_merges = formats.merge_names(merges, prefix)
             kept.update(i for i in shared if vocab[i] in in_merges)
+        removed = {vocab[i] for i in shared.difference(kept)}   # no longer model tokens
         for i in shared.difference(kept):
             del vocab[i]
         if len(vocab) != len(set(vocab.values())):
             raise ValueError("vocab: two tokens have the same bytes")
-        special_bytes = {s.encode("utf-8") for s in special} - {vocab[i] for i in kept
-                                                                 if i in vocab}
-        merges = [(a, b) for a, b in merges if a + b not in special_bytes
-                  and a not in special_bytes and b not in special_bytes]
+        merges = [(a, b) for a, b in merges if a + b not in removed
+                  and a not in removed and b not in removed]
         self._rule = rule
         self._vocab = vocab
         self._merges = merges
@@ -786,6 +796,16 @@ class Tokenizer(TiktokenMethods):
                     state["pattern"], state["cache_capacity"], state["ignore_merges"], extra)
         if state.get("hf_kept") is not None:
             self._hf_kept = state["hf_kept"]
+            self._use_added_flags(self._hf_kept.get("added_flags") or {})
+
+    def _use_added_flags(self, flags: dict) -> None:
+        """Find the added tokens as HF does, given {content: added_tokens.Flags} of those whose
+        options are set (a tokenizer.json's)."""
+        flags = {s: added_tokens.Flags(*f) for s, f in flags.items() if s in self._special}
+        if added_tokens.needed(self._special, flags, self._normalizer is not None):
+            normalize = self._normalizer.normalize_str if self._normalizer is not None else None
+            self._added = added_tokens.AddedTokens(self._special, flags, normalize)
+            self._py_path = True
 
     def close(self) -> None:
         """Free the C tokenizer: now, or when the last call still running in another thread
@@ -935,6 +955,11 @@ class Tokenizer(TiktokenMethods):
             raise ValueError(f"{what} does not support a tokenizer with a normalizer or "
                              f"pre_tokenizer (a chunk boundary could change their output); "
                              f"use encode / encode_batch on whole documents")
+        if self._added is not None:
+            raise ValueError(f"{what} does not support added tokens with lstrip, rstrip, "
+                             f"single_word or normalized set (a chunk boundary could change "
+                             f"where they are found); use encode / encode_batch on whole "
+                             f"documents")
 
     def _raise_encode(self, rc, info, context="encode"):
         if rc == lib.BPE_ERR_DISALLOWED:
@@ -1233,19 +1258,23 @@ class Tokenizer(TiktokenMethods):
                       if mode[k] == lib.BPE_SPECIAL_DISALLOWED]
         return allowed, disallowed
 
-    def _pieces(self, data: bytes, out: list, at: int = 0) -> None:
-        """One stretch of UTF-8 text between special tokens: normalize it (normalizer), split
-        it (pre_tokenizer, else the custom regex, else the built-in pattern in C), BPE each
-        piece in C; extend out.  Text the regex does not match is kept as a piece of its own
-        (as HF's Split does), so decode(encode(s)) == s for any regex.  `at`: where the
-        stretch starts in the whole text (0 for the first), for Metaspace's
-        prepend_scheme="first"."""
+    def _pieces(self, data: bytes, out: list, at: int = 0, normalized: bool = False) -> None:
+        """One stretch of UTF-8 text between special tokens: normalize it (normalizer; not
+        when `normalized` says it was), split it (pre_tokenizer, else the custom regex, else
+        the built-in pattern in C), BPE each piece in C; extend out.  Text the regex does not
+        match is kept as a piece of its own (as HF's Split does), so decode(encode(s)) == s
+        for any regex.  `at`: where the stretch starts in the whole text (only whether it is
+        0 matters: Metaspace's prepend_scheme="first")."""
         if not data:
             return
-        if self._normalizer is not None or self._pre_tokenizer is not None:
-            data = self._normalize_split(data, out, at)
+        if (self._normalizer is not None and not normalized) or \
+                self._pre_tokenizer is not None:
+            data = self._normalize_split(data, out, at, normalized)
             if data is None:
                 return
+        if self._py_split is None:          # a built-in pattern (added tokens' options)
+            out.extend(self._encode_c(data, ffi.NULL))
+            return
         self._encode_split(data, self._regex_piece_ends(data), out)
 
     def _regex_piece_ends(self, data: bytes) -> list:
@@ -1286,11 +1315,11 @@ class Tokenizer(TiktokenMethods):
         finally:
             lib.bpe_ids_free(res)
 
-    def _normalize_split(self, data: bytes, out: list, at: int = 0):
+    def _normalize_split(self, data: bytes, out: list, at: int = 0, normalized: bool = False):
         """The normalizer / pre_tokenizer part of _pieces: encodes into out and returns None,
         or returns the normalized UTF-8 for the regex split that follows."""
         text = data.decode("utf-8")
-        if self._normalizer is not None:
+        if self._normalizer is not None and not normalized:
             text = self._normalizer.normalize_str(text)
             if not isinstance(text, str):
                 raise TypeError(f"normalizer.normalize_str returned "
@@ -1312,15 +1341,21 @@ class Tokenizer(TiktokenMethods):
         self._encode_split(b"".join(parts), list(itertools.accumulate(map(len, parts))), out)
         return None
 
-    def _encode_py(self, data: bytes, mode) -> list:
-        allowed, disallowed = self._mode_sets(mode)
+    def _check_disallowed(self, data: bytes, disallowed) -> None:
         if disallowed:
             m = self._special_regex(disallowed).search(data)
             if m:
                 raise _disallowed_error(m.group().decode("utf-8"))
+
+    def _encode_py(self, data: bytes, mode) -> list:
+        allowed, disallowed = self._mode_sets(mode)
+        self._check_disallowed(data, disallowed)
         out = []
         if not allowed:
             self._pieces(data, out)
+            return out
+        if self._added is not None:
+            self._encode_added(data.decode("utf-8"), allowed, out)
             return out
         pos = 0
         for m in self._special_regex(allowed).finditer(data):
@@ -1329,6 +1364,19 @@ class Tokenizer(TiktokenMethods):
             pos = m.end()
         self._pieces(data[pos:], out, pos)
         return out
+
+    def _added_parts(self, text: str, allowed) -> list:
+        normalize = self._normalizer.normalize_str if self._normalizer is not None else None
+        return self._added.parts(text, allowed, normalize)
+
+    def _encode_added(self, text: str, allowed, out: list) -> None:
+        """Encode text into out, finding the allowed added tokens as HF does (_added)."""
+        for part in self._added_parts(text, allowed):
+            if isinstance(part[0], int):
+                out.append(part[0])
+            else:
+                piece, at, normalized = part
+                self._pieces(_utf8(piece), out, at, normalized)
 
     def _iter_py(self, iterable):
         """encode_iterable for a custom regex: of the text so far (the tail carried over plus
@@ -1541,7 +1589,11 @@ class Tokenizer(TiktokenMethods):
             raise ValueError("encode_with_offsets needs tokens whose bytes are the text's: not "
                              "available with a normalizer, pre_tokenizer, unk_token, "
                              "byte_fallback, continuing_subword_prefix or end_of_word_suffix")
-        ids, spans = encode_with_offsets(self, text, ordinary=ordinary, **encode_kwargs)
+        strs = None
+        if self._added is not None and not ordinary:
+            ids, spans, strs = self._added_offsets(text, **encode_kwargs)
+        else:
+            ids, spans = encode_with_offsets(self, text, ordinary=ordinary, **encode_kwargs)
         # A character dropped for want of a token (character-level, or a byte-level
         # vocabulary lacking a lead or ASCII byte) shifts every later span, and the spans
         # then end before the text does; a dropped continuation byte shifts nothing.
@@ -1551,10 +1603,40 @@ class Tokenizer(TiktokenMethods):
         # a loaded tokenizer.json's post-processor may trim spaces off the spans (HF's)
         steps = trimming_steps((self._hf_kept or {}).get("post_processor"))
         if steps:
-            strs = self.id_to_tokens(ids)
+            strs = strs or self.id_to_tokens(ids)
             for add_prefix_space in steps:
                 spans = trim_spaces(spans, strs, add_prefix_space)
         return ids, spans
+
+    def _added_offsets(self, text, allowed_special="all", disallowed_special=()):
+        """encode_with_offsets' (ids, spans, token strings) when _added finds the added
+        tokens: the text between them as encode_with_offsets gives it, and each added token
+        with the span HF gives it (whitespace it took included) and that text as its string
+        (the string HF's offset trimming reads)."""
+        from .offsets import encode_with_offsets, surrogate_spans
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, not {type(text).__name__}")
+        allowed, disallowed = self._mode_sets(self._mode_for(allowed_special,
+                                                             disallowed_special))
+        data = _utf8(text)                       # surrogates repaired as encode does
+        self._check_disallowed(data, disallowed)
+        encoded = data.decode("utf-8")
+        ids, spans, strs = [], [], []
+        for part in self._added_parts(encoded, allowed):
+            if isinstance(part[0], int):
+                tid, start, end = part
+                ids.append(tid)
+                spans.append((start, end))
+                strs.append(encoded[start:end])
+            else:
+                piece, at = part[0], part[1]
+                got, got_spans = encode_with_offsets(self, piece, ordinary=True)
+                ids += got
+                spans += [(at + a, at + b) for a, b in got_spans]
+                strs += self.id_to_tokens(got)
+        if encoded != text:
+            spans = surrogate_spans(encoded, text, spans)
+        return ids, spans, strs
 
     def decode_with_offsets(self, ids, errors: str = "strict"):
         """(text, offsets): offsets[k] = index in text of the first character holding a byte
@@ -1610,18 +1692,21 @@ class Tokenizer(TiktokenMethods):
         formats.write_hf(path, doc)
 
     def _put_hf_kept(self, doc: dict) -> None:
-        """Writes back into a tokenizer.json document what load() kept of the file for HF
-        alone: its post-processor (special tokens around an encoding, offset trimming),
-        truncation, padding, and which added tokens are not special."""
+        """Writes back into a tokenizer.json document what load() kept of the file: its
+        post-processor (special tokens around an encoding, offset trimming), truncation,
+        padding, which added tokens are not special, and the added tokens' options."""
         kept = self._hf_kept
         if not kept:
             return
         for key in ("post_processor", "truncation", "padding"):
             doc[key] = kept[key]
         plain = set(kept["non_special"])
+        flags = kept.get("added_flags") or {}
         for t in doc["added_tokens"]:
             if t["content"] in plain:
                 t["special"] = False
+            if t["content"] in flags:
+                t.update(zip(added_tokens.FLAG_NAMES, flags[t["content"]]))
 
     def save_gpt2(self, vocab_path, merges_path) -> None:
         """Write GPT-2 style vocab.json + merges.txt (special tokens included in vocab.json).
@@ -1699,7 +1784,12 @@ def _load_hf(p, doc, text, pattern, special_tokens, kw) -> Tokenizer:
     tok = _tokenizer_of_parts(p, parts, special, options, kw)
     tok._hf_kept = {"post_processor": parts["post_processor"],
                     "truncation": doc.get("truncation"), "padding": doc.get("padding"),
-                    "non_special": list(parts["added_non_special"])}
+                    "non_special": list(parts["added_non_special"]),
+                    "added_flags": {s: tuple(f) for s, f in parts["added_flags"].items()}}
+    try:
+        tok._use_added_flags(tok._hf_kept["added_flags"])
+    except ValueError as exc:
+        raise ValueError(f"{p}: {exc}") from None
     return tok
 
 
@@ -1712,12 +1802,15 @@ def _tokenizer_of_parts(p, parts, special, options, kw) -> Tokenizer:
         # accepted only if this Tokenizer takes them
         hf_import.check_options_supported(Tokenizer, options, p)
         full = dict(vocab)
+        model_bytes = set(vocab.values())
         for s, i in special.items():
-            full[i] = s.encode("utf-8")
+            b = s.encode("utf-8")
+            if b not in model_bytes or vocab.get(i) == b:   # (else a model token's bytes
+                full[i] = b                                 # under another id)
         if parts["pattern"] is not None:
             kw.setdefault("pattern", parts["pattern"])
         try:    # Tokenizer checks the merges (a continuing_subword_prefix changes the rule)
-            return Tokenizer(full, parts["merges"], list(special), **options, **kw)
+            return Tokenizer(full, parts["merges"], dict(special), **options, **kw)
         except ValueError as exc:
             raise ValueError(f"{p}: {exc}") from None
     if parts["rule"] == formats.RULE_TIKTOKEN:

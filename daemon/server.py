@@ -419,6 +419,13 @@ class StreamStore:
 
 # ---- a packed-ids fast path for bpe_cffi.Tokenizer -------------------------------------------
 
+def _c_does_it_all(tok) -> bool:
+    """Whether C alone encodes tok's text: a built-in pattern, and nothing that makes
+    tok.encode go through Python first (a normalizer, a pre-tokenizer, added tokens that HF
+    finds with lstrip / rstrip / single_word / normalized: Tokenizer._py_path)."""
+    return bool(getattr(tok, "_cpattern", 0)) and not getattr(tok, "_py_path", True)
+
+
 def fast_encoder(tok):
     """For a bpe_cffi.Tokenizer whose pattern runs in C: a function text -> (packed uint32 LE
     bytes, count) for the default options (every special token allowed), copying the ids
@@ -428,7 +435,7 @@ def fast_encoder(tok):
     try:
         from bpe_cffi._native import ffi, lib
         handle, mode = tok._handle, tok._all_mode
-        if not getattr(tok, "_cpattern", 0) or sys.byteorder != "little":
+        if not _c_does_it_all(tok) or sys.byteorder != "little":
             return None
     except Exception:
         return None
@@ -569,7 +576,7 @@ def prefix_encoder(tok):
         from bpe_cffi._native import ffi, lib
         handle, all_mode = tok._handle, tok._all_mode
         mode_for = getattr(tok, "_mode_for", None)
-        if not getattr(tok, "_cpattern", 0) or sys.byteorder != "little":
+        if not _c_does_it_all(tok) or sys.byteorder != "little":
             return None
         encode_prefix = lib.bpe_encode_prefix
     except Exception:

@@ -344,8 +344,8 @@ def test_merges_null_or_absent_refused(built, tmp_path, change):
 
 
 @pytest.mark.parametrize("flag, value, match", [
-    ("lstrip", True, r"added_tokens\[0\] \('<unk>'\) has lstrip=true"),
-    ("single_word", True, "single_word=true"),
+    ("lstrip", 1, r"added_tokens\[0\] \('<unk>'\): lstrip must be true or false, not 1"),
+    ("normalized", "yes", "normalized must be true or false"),
     ("extra", 1, r"unknown field\(s\) \['extra'\]"),
 ])
 def test_added_token_refusals(built, tmp_path, flag, value, match):
@@ -355,13 +355,17 @@ def test_added_token_refusals(built, tmp_path, flag, value, match):
         read_hf_tokenizer_json(q)
 
 
-def test_normalized_added_token_with_normalizer_refused(built, tmp_path):
+def test_added_token_options_read(built, tmp_path):
+    """The options HF applies when finding added tokens are read (added_tokens.py applies
+    them; tests/test_added_tokens.py checks the ids against HF)."""
     def change(d):
         d["normalizer"] = {"type": "Lowercase"}
-        d["added_tokens"][0]["normalized"] = True
-    q = _mutated(built("whitespace"), tmp_path, change)
-    with pytest.raises(ValueError, match="normalized=true with a normalizer"):
-        read_hf_tokenizer_json(q)
+        d["added_tokens"][0].update(lstrip=True, normalized=True)
+        d["added_tokens"][1].update(single_word=True, rstrip=True, normalized=False)
+    parts = _read(_mutated(built("whitespace"), tmp_path, change))
+    flags = parts["added_flags"]
+    assert flags["<unk>"] == (True, False, False, True)
+    assert flags["<s>"] == (False, True, True, False)
 
 
 def test_added_token_id_clashes_refused(built, tmp_path):
@@ -626,6 +630,9 @@ def test_load_hands_options_to_tokenizer(built, monkeypatch):
         def __init__(self, vocab, merges, special_tokens=None, **kw):
             calls.append((vocab, merges, special_tokens, kw))
 
+        def _use_added_flags(self, flags):
+            pass
+
     monkeypatch.setattr(tokmod, "Tokenizer", Recorder)
     for name in ("whitespace", "llama", "bytelevel-prefix", "suffix"):
         p = built(name)
@@ -636,7 +643,7 @@ def test_load_hands_options_to_tokenizer(built, monkeypatch):
             assert isinstance(load(p), Recorder)
         (vocab, merges, special, kw), = calls
         assert vocab == r["vocab"] | {i: s.encode() for s, i in r["special"].items()}
-        assert merges == r["merges"] and special == list(r["special"])
+        assert merges == r["merges"] and special == r["special"]
         assert kw.pop("ignore_merges") is r["ignore_merges"]
         assert "pattern" not in kw                 # the pre_tokenizer option splits
         assert kw == r["options"]

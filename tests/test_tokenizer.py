@@ -121,10 +121,19 @@ def test_special_tokens_given_with_ids(trained, tmp_path):
     assert load(path).special_tokens == tok.special_tokens
     word = next(b for b in vocab.values() if len(b) > 1 and b.isascii()).decode()
     for bad, match in (({"<x>": 300}, "already the ordinary token"),
-                       ({"<x>": far, "<y>": far}, "share an id"),
-                       ({word: far}, "also the ordinary token")):
+                       ({"<x>": far, "<y>": far}, "share an id")):
         with pytest.raises(ValueError, match=match):
             Tokenizer(vocab, merges, bad)
+    # a special token with an ordinary token's bytes under another id (HF's "\n\n" added
+    # to GPT-2): found first by encode, the ordinary token's ids by encode_ordinary
+    both = Tokenizer(vocab, merges, {word: far})
+    plain = Tokenizer(vocab, merges)
+    assert both.encode(f"x{word}x") == plain.encode("x") + [far] + plain.encode("x")
+    assert both.encode_ordinary(f"x{word}x") == plain.encode(f"x{word}x")
+    assert both.decode([far]) == word
+    # a character-level tokenizer.json could not hold both under one string: refused
+    with pytest.raises(ValueError, match="also the ordinary token"):
+        Tokenizer({0: b"a", 1: b"b", 2: b"ab"}, [(b"a", b"b")], {"ab": 5}, byte_level=False)
 
 
 def test_allowed_disallowed_arguments(trained):
