@@ -10,7 +10,8 @@ grouping of up to 64 documents per request) measures documents/s and MB/s, and p
 round-trip latency (p50/p99) with the same number of clients sending one document at a
 time.  The baseline is Tokenizer.encode_batch of the same documents in this process (all
 cores).  Also: p50/p99 of a single small request at light load (one client, one request at a
-time); 16 clients sending 1 or 16 documents per request (stream(batch=k); --batches); and 16
+time); a new client's first request (its connection made while it waits); 16 clients
+sending 1 or 16 documents per request (stream(batch=k); --batches); and 16
 clients that keep the ids packed (stream(packed=True): arrays of uint32, no int object per
 id; --packed-batches).  Every daemon reply of the throughput runs is checked against the
 in-process ids.  Numbers on a shared machine are noisy: read the RATIOS.  Each throughput
@@ -247,6 +248,15 @@ def main():
             lat.sort()
         print(f"single small request, light load: p50 {pct(lat, 50):.3f} ms  "
               f"p99 {pct(lat, 99):.3f} ms")
+        first = []
+        for _ in range(20):           # a new client's first request: its connection is made
+            t = time.perf_counter()   # while the request waits
+            with Client(endpoint) as c:
+                c.encode("hello world")
+            first.append(time.perf_counter() - t)
+        first.sort()
+        print(f"new client, first request (connect included): median "
+              f"{statistics.median(first) * 1e3:.2f} ms  max {first[-1] * 1e3:.2f} ms")
         for n in [int(x) for x in args.clients.split(",")]:
             most = n == max(int(x) for x in args.clients.split(","))
             kinds = [(b, False) for b in batch_list(args.batches)] if most else [(None, False)]

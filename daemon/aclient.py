@@ -12,9 +12,10 @@ import zmq
 import zmq.asyncio
 
 from . import protocol as P
-from .client import (BUSY_WAIT_FIRST, BUSY_WAIT_MAX, DaemonError, DaemonTimeout, _ClientBase,
-                     falls_back_per_text, group_ids, group_request, parse_reply, reply_ids,
-                     request_msg, stream_grouping, text_size, utf8_bins)
+from .client import (BUSY_WAIT_FIRST, BUSY_WAIT_MAX, FRAME_CHECK_BYTES, DaemonError,
+                     DaemonTimeout, _ClientBase, falls_back_per_text, group_ids, group_request,
+                     parse_reply, reply_ids, request_msg, stream_grouping, text_size,
+                     utf8_bins)
 
 
 async def _wait(fut, delay):
@@ -107,6 +108,13 @@ class AsyncClient(_ClientBase):
         rid = next(self._ids)
         msg["id"] = rid
         packed = P.packb(msg)
+        if len(packed) > FRAME_CHECK_BYTES:
+            if self._frame_limit is None:
+                self._learn_frame_limit([await self._info_or_none(k)
+                                         for k in range(len(self._socks))])
+            err = self._frame_error(len(packed))
+            if err is not None:
+                raise err
         pinned = ep is not None
         if ep is None:
             ep = next(self._rr) % len(self._socks)
@@ -154,6 +162,7 @@ class AsyncClient(_ClientBase):
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
         order = [ep] if pinned else [(ep + i) % len(self._socks) for i in range(len(self._socks))]
+        pause = 0.001
         while loop.time() < end and not fut.done():
             for e in order:
                 try:   # zmq.asyncio reports EAGAIN through the returned future
@@ -165,7 +174,12 @@ class AsyncClient(_ClientBase):
                 except asyncio.TimeoutError:
                     pass
                 return e
-            await asyncio.sleep(0.01)
+            # no connection made yet (IMMEDIATE queues nothing before): try again soon, the
+            # pause doubling from 1 ms (a new client's connection takes ~1 ms on loopback).
+            # Not a zmq.asyncio poll for POLLOUT: its event stays queued on the socket when
+            # it times out, and a NOBLOCK send queued behind it would wait for ever.
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.01)
         return ep
 
     def _msg(self, op, tokenizer, **kw):
@@ -210,6 +224,12 @@ class AsyncClient(_ClientBase):
 
     async def info(self):
         return await self.request({"op": P.OP_INFO})
+
+    async def _info_or_none(self, ep):
+        try:
+            return await self.request({"op": P.OP_INFO}, ep)
+        except DaemonError:
+            return None
 
     async def health(self):
         return await self.request({"op": P.OP_HEALTH})

@@ -98,6 +98,11 @@ class _Pending:
 BUSY_WAIT_FIRST = 0.01
 BUSY_WAIT_MAX = 0.25
 
+# A request frame over the daemon's max_frame_bytes makes libzmq drop the connection: no
+# reply, only timeouts.  A client asks the daemons' limits (info) the first time it has a
+# frame bigger than this, and refuses one over them at once (too_large).
+FRAME_CHECK_BYTES = 1 << 20
+
 
 def request_msg(op, tokenizer=None, allowed_special=None, disallowed_special=None, **fields):
     msg = {"op": op}
@@ -246,6 +251,23 @@ class _ClientBase:
         self._streams = itertools.count(1)
         self._rr = itertools.count()
         self._closed = False
+        self._frame_limit = None      # the smallest max_frame_bytes of the endpoints, once known
+
+    def _learn_frame_limit(self, infos):
+        """Keeps the smallest max_frame_bytes of the endpoints' info replies (None: that
+        endpoint did not answer; if none did, the protocol's default is assumed)."""
+        limits = [i.get("limits", {}).get("max_frame_bytes") for i in infos if i]
+        limits = [n for n in limits if isinstance(n, int) and n > 0]
+        self._frame_limit = min(limits) if limits else P.Limits().max_frame_bytes
+
+    def _frame_error(self, n):
+        """DaemonError(too_large) for a request frame of n bytes over the known limit."""
+        if self._frame_limit is not None and n > self._frame_limit:
+            return DaemonError(P.E_TOO_LARGE, f"the request is {n:,} bytes, over the "
+                               f"daemon's max_frame_bytes ({self._frame_limit:,}), which would "
+                               f"drop the connection: send a long document with "
+                               f"encode_chunks(), many texts with stream() or in parts")
+        return None
 
     def _connect(self, endpoint):
         s = self._ctx.socket(zmq.DEALER)
@@ -305,6 +327,12 @@ class Client(_ClientBase):
         rid = next(self._ids)
         msg["id"] = rid
         packed = self._pack(msg)
+        if len(packed) > FRAME_CHECK_BYTES:
+            if self._frame_limit is None:
+                self._learn_frame_limit([self._info_or_none(k) for k in range(len(self._socks))])
+            err = self._frame_error(len(packed))
+            if err is not None:
+                raise err
         pinned = ep is not None
         if ep is None:
             ep = next(self._rr) % len(self._socks)
@@ -333,7 +361,18 @@ class Client(_ClientBase):
                 # not connected anywhere: count it as a timed-out attempt
                 p.deadline = time.monotonic()
                 return
-            self._pump_once(min(left, 0.05), resend=False)
+            self._await_writable(order, min(left, 0.05))
+
+    def _await_writable(self, order, wait):
+        """Waits up to `wait` seconds for a socket of `order` to take a message (its
+        connection made: IMMEDIATE queues only to live ones), taking in replies meanwhile.
+        Waiting for replies alone held a new client's first request ~50 ms."""
+        poller = zmq.Poller()
+        for k, s in enumerate(self._socks):
+            poller.register(s, zmq.POLLIN | (zmq.POLLOUT if k in order else 0))
+        ready = poller.poll(max(0, int(wait * 1000)))
+        if any(ev & zmq.POLLIN for _, ev in ready):
+            self._pump_once(0, resend=False)
 
     def _pump_once(self, wait, resend=True):
         """Receives whatever replies arrive within `wait` seconds; resends expired requests."""
@@ -460,6 +499,12 @@ class Client(_ClientBase):
 
     def info(self):
         return self.request({"op": P.OP_INFO})
+
+    def _info_or_none(self, ep):
+        try:
+            return self.request({"op": P.OP_INFO}, ep)
+        except DaemonError:
+            return None
 
     def health(self):
         return self.request({"op": P.OP_HEALTH})

@@ -148,6 +148,36 @@ def test_oversized_frame_drops_only_that_peer(daemon, tok):
         good.close()
 
 
+def test_clients_refuse_a_frame_the_daemon_would_drop(daemon, tok):
+    """Sent, a request over the daemon's max_frame_bytes (1 MiB here) would cost its
+    connection and end in timeouts; both clients ask the daemon's limit and refuse it at
+    once with too_large (no timeout: one attempt of 2 s would have raised DaemonTimeout)."""
+    import asyncio
+    from bpe_cffi.daemon import AsyncClient, DaemonError
+    big = "x" * (3 << 19)
+
+    def check(exc):
+        assert exc.code == P.E_TOO_LARGE and not isinstance(exc, DaemonTimeout), exc
+        assert "max_frame_bytes (1,048,576)" in str(exc) and "encode_chunks" in str(exc)
+
+    with Client(daemon.endpoint, timeout=2, retries=0) as c:
+        with pytest.raises(DaemonError) as exc:
+            c.encode(big)
+        check(exc.value)
+        assert c.encode("after it") == tok.encode("after it")
+        # under the frame limit but over max_text_bytes: the daemon's own too_large
+        with pytest.raises(DaemonError, match="too_large"):
+            c.encode("y" * (MAX_TEXT + 1))
+
+    async def run():
+        async with AsyncClient(daemon.endpoint, timeout=2, retries=0) as c:
+            with pytest.raises(DaemonError) as exc:
+                await c.encode(big)
+            check(exc.value)
+            assert await c.encode("after it") == tok.encode("after it")
+    asyncio.run(run())
+
+
 def _mutations(rng, valid):
     kind = rng.randrange(8)
     if kind == 0:
