@@ -131,17 +131,30 @@ def _check_specials(special_tokens) -> list:
 
 
 def _refuse_specials_in_alphabet(specials, opts) -> None:
-    """ValueError for a special token that is also an initial token (a single byte in
-    byte-level training, an initial_alphabet character in character-level training): the
-    vocabulary would hold the same bytes under two ids, which no tokenizer can be built from."""
+    """ValueError, before any training, for a special token that the vocabulary could also
+    hold as an ordinary token (the same bytes under two ids, which no tokenizer can be built
+    from): a single byte in byte-level training, an initial_alphabet character in
+    character-level training, and there a token that starts with continuing_subword_prefix
+    or ends with end_of_word_suffix, as the trainer's own symbols and tokens do ("##l" is
+    the symbol of an "l" inside a word; the text never spells it, so splitting the special
+    tokens out of the text first does not keep the trainer from making it)."""
     for s in specials:
         if opts.byte_level and len(s.encode("utf-8")) == 1:
             raise ValueError(f"special token {s!r} is a single byte, which byte-level training "
                              f"always has as an ordinary token: the vocabulary would hold it "
                              f"twice (use a longer special token)")
-        if not opts.byte_level and s in opts.initial_alphabet:
+        if opts.byte_level:
+            continue
+        if s in opts.initial_alphabet:
             raise ValueError(f"special token {s!r} is also in initial_alphabet: the vocabulary "
                              f"would hold it twice")
+        for what, affix, has in (("continuing_subword_prefix", opts.prefix, str.startswith),
+                                 ("end_of_word_suffix", opts.suffix, str.endswith)):
+            if affix and len(s) > len(affix) and has(s, affix):
+                raise ValueError(f"special token {s!r} has the {what} {affix!r}, as the "
+                                 f"trainer's own symbols do: it could also be an ordinary "
+                                 f"token, and the vocabulary would hold it twice (use a "
+                                 f"special token without it)")
 
 
 def _check_int(name, value, minimum):
@@ -479,6 +492,8 @@ def train_bpe(input_path, vocab_size, special_tokens=None, *, pattern="gpt2",
           frequent); the others are dropped from the words;
       continuing_subword_prefix: put before every symbol that does not start a word ("##");
       end_of_word_suffix: put after the last symbol of a word ("</w>").
+      A special token may not start with the prefix or end with the suffix (it could also
+      be an ordinary token; ValueError before training).
     Returns (vocab {id: bytes}, merges [(left bytes, right bytes)] in learned order); with
     byte_level=False the bytes are the UTF-8 of the token strings, prefix/suffix included.
     Ctrl-C stops it within about a second with KeyboardInterrupt.

@@ -271,6 +271,25 @@ def test_bad_values(tmp_path, kwargs, exc, words):
         train_bpe(p, 300, **kwargs)
 
 
+@pytest.mark.parametrize("special, ok", [("##l", False), ("ll</w>", False), ("##", True),
+                                         ("</w>", True), ("<s>", True)])
+def test_special_token_shaped_like_a_symbol_refused_before_training(tmp_path, special, ok):
+    """A character-level special token with the prefix or suffix the trainer's symbols carry
+    ("##l" is the symbol of an "l" inside a word) could also come out as an ordinary token:
+    refused before training, not after it (it was: "vocab: tokens 22 and 58 have the same
+    bytes" once the training had run).  The prefix or suffix alone is never a symbol."""
+    p = write_text(tmp_path, "hello all, well well\n" * 50)
+    kw = dict(byte_level=False, continuing_subword_prefix="##", end_of_word_suffix="</w>")
+    if not ok:
+        with pytest.raises(ValueError, match=f"special token {special!r} has the"):
+            train_bpe(p, 300, [special], **kw)
+        return
+    from bpe_cffi import Tokenizer
+    tok = Tokenizer.train(p, 300, [special], **kw)
+    assert tok.encode(f"well{special}all") == \
+        tok.encode("well") + [tok.special_tokens[special]] + tok.encode("all")
+
+
 def test_vocab_size_limits(tmp_path):
     p = write_text(tmp_path, "hello")
     with pytest.raises(ValueError, match="256"):
