@@ -87,6 +87,12 @@ class AddedTokens:
         self._names = {s: (normalize(s) if self.flags[s].normalized and normalize is not None
                            else s) for s in special}
         self._matchers = {}
+        self.flags_of_id = {i: self.flags[s] for s, i in special.items()}
+        self.any_lstrip = any(f.lstrip for f in self.flags.values())
+        self.any_single_word = any(f.single_word for f in self.flags.values())
+        # every start (not the whole) of a token's text, for prefix_at_end
+        self._starts = {t[:k] for t in self._names.values() for k in range(1, len(t))}
+        self._longest = max(map(len, self._names.values()), default=0)
 
     def _matcher_pair(self, allowed):
         key = frozenset(allowed)
@@ -121,6 +127,24 @@ class AddedTokens:
                            else (piece[c:d], a + c, normalize is not None))
         return out
 
+    def prefix_at_end(self, s: str) -> int:
+        """The length of the longest end of s that is the start (not the whole) of a token's
+        text: where text appended to s could still make a token begin."""
+        for k in range(min(self._longest - 1, len(s)), 0, -1):
+            if s[len(s) - k:] in self._starts:
+                return k
+        return 0
+
+    def clean_cut(self, s: str, k: int) -> bool:
+        """Whether finding the tokens of s[k:] alone sees what finding them in s sees at k:
+        the character before k is not whitespace an lstrip token could take, nor a word
+        character a single_word token looks at."""
+        if k == 0:
+            return True
+        c = s[k - 1]
+        return not ((self.any_lstrip and c in WHITE_SPACE) or
+                    (self.any_single_word and _WORD.match(c) is not None))
+
     def _splits(self, s: str, rx, normalized: bool) -> list:
         """One pass: [(id or None, start, end)] covering s (see the module docstring), with
         the tokens whose normalized flag is `normalized`."""
@@ -134,9 +158,9 @@ class AddedTokens:
             if f.single_word and (_word_at(s, start - 1) or _word_at(s, stop)):
                 continue
             if f.lstrip:
-                start = max(_space_start(s, start), done)
+                start = max(space_start(s, start), done)
             if f.rstrip:
-                stop = _space_end(s, stop)
+                stop = space_end(s, stop)
             if start >= stop:     # inside whitespace an earlier token took (see above)
                 continue
             if done < start:
@@ -160,13 +184,20 @@ def _word_at(s: str, k: int) -> bool:
     return 0 <= k < len(s) and _WORD.match(s[k]) is not None
 
 
-def _space_start(s: str, k: int) -> int:
+def space_start(s: str, k: int) -> int:
     while k > 0 and s[k - 1] in WHITE_SPACE:
         k -= 1
     return k
 
 
-def _space_end(s: str, k: int) -> int:
+def word_start(s: str, k: int) -> int:
+    """The start of the run of word characters that ends at k."""
+    while k > 0 and _WORD.match(s[k - 1]) is not None:
+        k -= 1
+    return k
+
+
+def space_end(s: str, k: int) -> int:
     while k < len(s) and s[k] in WHITE_SPACE:
         k += 1
     return k

@@ -257,6 +257,22 @@ def _utf8(text) -> bytes:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
 
 
+class _Counted:
+    """The strs of `chunks`, their UTF-8 bytes counted into a progress bar (None: none) out
+    of `total` (0: unknown)."""
+
+    def __init__(self, chunks, bar, total):
+        self.chunks, self.bar, self.total, self.done = chunks, bar, total, 0
+
+    def __iter__(self):
+        for chunk in self.chunks:
+            self.done += len(chunk.encode("utf-8", "surrogatepass"))
+            if self.bar is not None:
+                self.bar.update(min(self.done, self.total) if self.total else self.done,
+                                self.total)
+            yield chunk
+
+
 def _pairs_kept_whole(iterable):
     """The items of iterable, a high surrogate that ends a str moved to the start of the next
     one: a surrogate pair cut between two chunks is then one character, as in the joined
@@ -955,11 +971,11 @@ class Tokenizer(TiktokenMethods):
             raise ValueError(f"{what} does not support a tokenizer with a normalizer or "
                              f"pre_tokenizer (a chunk boundary could change their output); "
                              f"use encode / encode_batch on whole documents")
-        if self._added is not None:
+        if self._added is not None and self._cpattern == 0:
             raise ValueError(f"{what} does not support added tokens with lstrip, rstrip, "
-                             f"single_word or normalized set (a chunk boundary could change "
-                             f"where they are found); use encode / encode_batch on whole "
-                             f"documents")
+                             f"single_word or normalized set with a regex pattern (a chunk "
+                             f"boundary could change where they are found); use encode / "
+                             f"encode_batch on whole documents")
 
     def _raise_encode(self, rc, info, context="encode"):
         if rc == lib.BPE_ERR_DISALLOWED:
@@ -1052,7 +1068,98 @@ class Tokenizer(TiktokenMethods):
         iterable = _pairs_kept_whole(iterable)
         if self._cpattern == 0:
             return self._iter_py(iterable)
+        if self._added is not None:
+            return self._iter_added(iterable)
         return self._iter_c(iterable)
+
+    def _iter_added(self, iterable):
+        for ids in self._added_lists(iterable):
+            yield from ids
+
+    def _added_lists(self, iterable):
+        """encode_iterable, a list of ids at a time, when _added finds the added tokens
+        (built-in pattern, no normalizer): of the text so far (the tail carried over plus the
+        next chunk) the start that text appended later cannot change is encoded
+        (_added_final); the rest is the tail carried into the next chunk."""
+        tail = ""
+        for data in _grown_enough(iterable, lambda: len(tail)):
+            text = tail + data.decode("utf-8")
+            out = []
+            cut = self._added_final(text, out)
+            yield out
+            tail = text[cut:]
+        out = []
+        self._encode_added(tail, self._special_names, out)
+        yield out
+
+    def _added_final(self, text: str, out: list) -> int:
+        """Encodes into out the start of text that text appended to it cannot change, and
+        returns its length (characters).  The end that can still change (the hazard): a
+        possible start of a token, the whitespace before it that an lstrip token could take,
+        and a token at the very end that rstrip or single_word would judge by what follows.
+        The cut is made in the last stretch of plain text before the hazard, where the C
+        pre-tokenizer says its pieces are final (bpe_encode_prefix), and where the character
+        before it changes nothing for the next scan (AddedTokens.clean_cut); everything
+        before that stretch is final."""
+        added = self._added
+        parts = self._added_parts(text, self._special_names)
+        n = len(text)
+        hazard = n - added.prefix_at_end(text)
+        if added.any_lstrip:
+            hazard = added_tokens.space_start(text, hazard)
+        for part in parts:
+            if isinstance(part[0], int) and part[2] == n:
+                f = added.flags_of_id[part[0]]
+                if f.rstrip or f.single_word:
+                    hazard = min(hazard, part[1])
+        for j in range(len(parts) - 1, -1, -1):
+            part = parts[j]
+            if isinstance(part[0], int) or part[1] >= hazard:
+                continue
+            got = self._clean_prefix(text, part[1], min(part[1] + len(part[0]), hazard))
+            if got is None:
+                continue
+            for earlier in parts[:j]:
+                if isinstance(earlier[0], int):
+                    out.append(earlier[0])
+                else:
+                    self._pieces(_utf8(earlier[0]), out)
+            out.extend(got[1])
+            return got[0]
+        return 0
+
+    def _clean_prefix(self, text: str, a: int, limit: int):
+        """(cut, ids of text[a:cut]) for the longest prefix of text[a:limit] (plain text)
+        whose C pieces are final and after which AddedTokens.clean_cut holds; None if there
+        is none, not even a itself."""
+        added = self._added
+        while limit > a:
+            data = text[a:limit].encode("utf-8")
+            ids, consumed = self._encode_prefix_c(data)
+            cut = a + len(data[:consumed].decode("utf-8"))
+            if added.clean_cut(text, cut):
+                return cut, ids
+            if cut == a:
+                break
+            # shorten to before the whitespace or word that makes the cut unclean
+            limit = added_tokens.space_start(text, cut) if text[cut - 1] in \
+                added_tokens.WHITE_SPACE else added_tokens.word_start(text, cut)
+        return (a, []) if added.clean_cut(text, a) else None
+
+    def _encode_prefix_c(self, data: bytes):
+        """(ids, consumed bytes) of the start of data whose ids text appended later cannot
+        change, no special tokens (bpe_encode_prefix)."""
+        out = ffi.new("bpe_ids *")
+        consumed = ffi.new("size_t *")
+        info = ffi.new("size_t *")
+        try:
+            rc = lib.bpe_encode_prefix(self._handle(), data, len(data), ffi.NULL, 0, out,
+                                       consumed, info)
+            if rc:
+                self._raise_encode(rc, info[0], "encode_iterable")
+            return _ids(out.ids, out.len), consumed[0]
+        finally:
+            lib.bpe_ids_free(out)
 
     def _iter_c(self, iterable):
         mode = self._all_mode
@@ -1187,8 +1294,8 @@ class Tokenizer(TiktokenMethods):
             raise IsADirectoryError(errno.EISDIR, "the input is a directory", in_path)
         _refuse_same_file(in_stat, in_path, out_path)
         num_threads = _c_threads(num_threads)
-        if self._cpattern == 0:
-            return self._encode_file_py(in_path, out_path, width)
+        if self._cpattern == 0 or self._added is not None:
+            return self._encode_file_py(in_path, out_path, width, progress)
         from .progress import Bar, new_progress, run_cancellable
         prog = new_progress()
         n_tokens = ffi.new("uint64_t *")
@@ -1427,21 +1534,36 @@ class Tokenizer(TiktokenMethods):
                     break
         return longest
 
-    def _encode_file_py(self, in_path, out_path, width) -> int:
+    def _encode_file_py(self, in_path, out_path, width, progress) -> int:
+        """encode_file through encode_iterable, with a bar of the bytes read: a custom
+        regex reads the file by lines, added tokens' options by blocks of 1 MiB (lists of ids
+        at a time)."""
         import array
+        from .progress import Bar
         typecode = "H" if width == 2 else "I"
         n = 0
-        with open(in_path, "r", encoding="utf-8", errors="replace", newline="") as fin, \
-                formats.atomic_output(out_path, fsync=False) as fout:
-            buf = array.array(typecode)
-            for i in self.encode_iterable(fin):
-                buf.append(i)
-                if len(buf) >= 1 << 16:
+        bar = Bar(f"encode {os.path.basename(in_path)}", "B") if progress else None
+        st = os.stat(in_path)
+        size = st.st_size if stat.S_ISREG(st.st_mode) else 0      # 0: unknown (a pipe)
+        try:
+            with open(in_path, "r", encoding="utf-8", errors="replace", newline="") as fin, \
+                    formats.atomic_output(out_path, fsync=False) as fout:
+                if self._added is not None and self._cpattern != 0:
+                    chunks = _Counted(iter(lambda: fin.read(1 << 20), ""), bar, size)
+                    lists = self._added_lists(_pairs_kept_whole(chunks))
+                else:
+                    chunks = _Counted(fin, bar, size)
+                    ids = self.encode_iterable(chunks)
+                    lists = iter(lambda: list(itertools.islice(ids, 1 << 16)), [])
+                for got in lists:
+                    buf = array.array(typecode, got)
                     _write_le(fout, buf)
                     n += len(buf)
-                    buf = array.array(typecode)
-            _write_le(fout, buf)
-            n += len(buf)
+            if bar is not None:
+                bar.update(max(chunks.done, size), size, force=True)
+        finally:
+            if bar is not None:
+                bar.close()
         return n
 
     # ---- decoding -------------------------------------------------------------------------

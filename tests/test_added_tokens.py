@@ -202,8 +202,58 @@ def test_added_token_with_a_model_tokens_bytes(base_json, tmp_path):
     assert again.encode("a the b", add_special_tokens=False).ids == ours.encode("a the b")
 
 
-def test_chunked_encoders_refuse(base_json, tmp_path):
-    hf, ours = _pair(base_json, tmp_path, [AddedToken("<mask>", lstrip=True, special=True)])
+@pytest.mark.parametrize("seed", range(N_CONFIGS))
+def test_encode_iterable_cut_anywhere_equals_encode(base_json, tmp_path, seed):
+    """Chunks cut anywhere (inside a token, its whitespace, a word) give encode's ids of the
+    whole text: the chunked encoder only consumes what later text cannot change."""
+    rng = random.Random(1000 + seed)
+    hf, ours = _pair(base_json, tmp_path, _random_added(rng, TOKENS, normalized_too=True))
+    for s in _random_texts(rng, N_TEXTS // 10):
+        s = s * rng.randint(1, 4)
+        whole = ours.encode(s)
+        assert whole == hf.encode(s, add_special_tokens=False).ids or not _hf_can(hf, s)
+        for _ in range(5):
+            cuts = sorted(rng.sample(range(len(s) + 1), min(3, len(s) + 1)))
+            chunks = [s[a:b] for a, b in zip([0] + cuts, cuts + [len(s)])]
+            assert list(ours.encode_iterable(chunks)) == whole, chunks
+    s = "".join(_random_texts(rng, 6))
+    whole = ours.encode(s)
+    for k in range(len(s) + 1):
+        assert list(ours.encode_iterable([s[:k], s[k:]])) == whole, (s[:k], s[k:])
+
+
+def test_encode_file_like_encode(base_json, tmp_path, capsys):
+    """encode_file of a RoBERTa-style file (read in blocks of 1 MiB, so tokens and their
+    whitespace fall across block ends) writes encode's ids of the whole text, with a bar."""
+    import numpy as np
+    added = [AddedToken("<mask>", lstrip=True, special=True),
+             AddedToken("<s>", normalized=True, special=True)]
+    hf, ours = _pair(base_json, tmp_path, added)
+    rng = random.Random(5)
+    words = WORDS + ["<mask>", " <mask>", "   ", "\n", "<s>", "<ma"]
+    text = "".join(rng.choice(words) + rng.choice(" \t") for _ in range(400_000))
+    src = tmp_path / "in.txt"
+    src.write_text(text, encoding="utf-8")
+    assert src.stat().st_size > 2 << 20
+    n = ours.encode_file(src, tmp_path / "out.bin")
+    got = np.fromfile(tmp_path / "out.bin", dtype=np.uint16).tolist()
+    assert n == len(got) and got == ours.encode(text)
+    assert "100.0%" in capsys.readouterr().err
+
+
+def test_chunked_encoders_refuse_a_regex_pattern(base_json, tmp_path):
+    """With a regex pattern instead of a built-in one (a Split pre-tokenizer), the chunked
+    encoders refuse added tokens' options (no cut is known to be safe there)."""
+    doc = json.loads(base_json)
+    doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": r"\p{L}+|\p{N}+"}, "behavior": "Isolated",
+         "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+         "use_regex": False}]}
+    hf, ours = _pair(json.dumps(doc), tmp_path, [AddedToken("<mask>", lstrip=True,
+                                                            special=True)])
+    assert ours.pattern not in ("gpt2", "cl100k", "o200k")
+    _assert_like_hf(hf, ours, ["a <mask> b", "x<mask>"], offsets=False)
     with pytest.raises(ValueError, match="lstrip, rstrip, single_word or normalized"):
         list(ours.encode_iterable(["a <mask>"]))
     src = tmp_path / "in.txt"
