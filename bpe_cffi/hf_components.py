@@ -580,6 +580,25 @@ class ByteLevel(_PreTokenizer):
                 "trim_offsets": self.trim_offsets, "use_regex": self.use_regex}
 
 
+class BertPreTokenizer(_PreTokenizer):
+    """BERT's split (HF's CharBPETokenizer uses it too): on whitespace (dropped), then on
+    each punctuation character (kept alone): WhitespaceSplit, then Punctuation."""
+    _steps = (WhitespaceSplit(), Punctuation("isolated"))
+
+    def _apply(self, pieces):
+        for step in self._steps:
+            pieces = step._apply(pieces)
+        return pieces
+
+    @classmethod
+    def from_json(cls, d):
+        _check_keys(d, (), "BertPreTokenizer")
+        return cls()
+
+    def to_json(self):
+        return {"type": "BertPreTokenizer"}
+
+
 class PreTokenizerSequence(_PreTokenizer):
     """The pre-tokenizers applied in turn, each to the pieces of the one before."""
 
@@ -628,7 +647,7 @@ def _apply_text_only(pre, pieces):
 _PRE_TOKENIZERS = {
     "Whitespace": Whitespace, "WhitespaceSplit": WhitespaceSplit, "Metaspace": Metaspace,
     "Split": Split, "ByteLevel": ByteLevel, "Punctuation": Punctuation, "Digits": Digits,
-    "Sequence": PreTokenizerSequence,
+    "BertPreTokenizer": BertPreTokenizer, "Sequence": PreTokenizerSequence,
 }
 
 
@@ -793,6 +812,80 @@ class Prepend(_Normalizer):
         return {"type": "Prepend", "prepend": self.prepend}
 
 
+# BERT's character classes, as HF's normalizer applies them (checked against it for every
+# code point; categories from the `regex` module's tables, newer than HF's, so a character
+# given a category in recent Unicode versions may differ): whitespace is \t \n \r or
+# White_Space; a control character is one of categories Cc Cf Co but \t \n \r (not Cn);
+# the CJK ideograph blocks get spaces around them.
+_BERT_CONTROL = regex.compile(r"[\x00\ufffd\p{Cc}\p{Cf}\p{Co}--[\t\n\r]]", flags=regex.V1)
+_BERT_SPACE = regex.compile(_WS_CLASS)
+_BERT_CJK = regex.compile("([\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df"
+                          "\U0002a700-\U0002b73f\U0002b740-\U0002b81f\U0002b920-\U0002ceaf"
+                          "\uf900-\ufaff\U0002f800-\U0002fa1f])")
+_NONSPACING_MARK = regex.compile(r"\p{Mn}")
+_MARK = regex.compile(r"\p{M}")
+
+
+class StripAccents(_Normalizer):
+    """Remove every mark (categories Mn, Mc, Me: HF's StripAccents, unlike BertNormalizer's
+    strip_accents, which keeps Mc and Me); with NFD before it, the accents of letters."""
+
+    def _normalize(self, text):
+        return _MARK.sub("", text)
+
+    @classmethod
+    def from_json(cls, d):
+        _check_keys(d, (), "StripAccents")
+        return cls()
+
+    def to_json(self):
+        return {"type": "StripAccents"}
+
+
+class BertNormalizer(_Normalizer):
+    """BERT's normalizer, in HF's order: clean_text drops NUL, U+FFFD and control characters
+    and makes every whitespace character a space; handle_chinese_chars puts a space on each
+    side of a CJK ideograph; strip_accents (None: as lowercase) is NFD and then no
+    nonspacing marks; lowercase as Lowercase."""
+
+    def __init__(self, clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                 lowercase=True):
+        self.clean_text = bool(clean_text)
+        self.handle_chinese_chars = bool(handle_chinese_chars)
+        self.strip_accents = None if strip_accents is None else bool(strip_accents)
+        self.lowercase = bool(lowercase)
+
+    def _normalize(self, text):
+        if self.clean_text:
+            text = _BERT_SPACE.sub(" ", _BERT_CONTROL.sub("", text))
+        if self.handle_chinese_chars:
+            text = _BERT_CJK.sub(r" \1 ", text)
+        strip = self.lowercase if self.strip_accents is None else self.strip_accents
+        if strip:
+            text = _NONSPACING_MARK.sub("", unicodedata.normalize("NFD", text))
+        if self.lowercase:
+            text = Lowercase()._normalize(text)
+        return text
+
+    @classmethod
+    def from_json(cls, d):
+        where = "BertNormalizer"
+        _check_keys(d, ("clean_text", "handle_chinese_chars", "strip_accents", "lowercase"),
+                    where)
+        accents = d.get("strip_accents")
+        if accents is not None and not isinstance(accents, bool):
+            raise UnsupportedComponent(f"{where}: strip_accents must be true, false or null, "
+                                       f"not {accents!r}")
+        return cls(_get_bool(d, "clean_text", True, where),
+                   _get_bool(d, "handle_chinese_chars", True, where), accents,
+                   _get_bool(d, "lowercase", True, where))
+
+    def to_json(self):
+        return {"type": "BertNormalizer", "clean_text": self.clean_text,
+                "handle_chinese_chars": self.handle_chinese_chars,
+                "strip_accents": self.strip_accents, "lowercase": self.lowercase}
+
+
 class NormalizerSequence(_Normalizer):
     """The normalizers applied in turn."""
 
@@ -814,7 +907,8 @@ class NormalizerSequence(_Normalizer):
 
 _NORMALIZERS = {
     "NFC": NFC, "NFD": NFD, "NFKC": NFKC, "NFKD": NFKD, "Lowercase": Lowercase, "Strip": Strip,
-    "Replace": Replace, "Prepend": Prepend, "Sequence": NormalizerSequence,
+    "Replace": Replace, "Prepend": Prepend, "StripAccents": StripAccents,
+    "BertNormalizer": BertNormalizer, "Sequence": NormalizerSequence,
 }
 
 

@@ -29,6 +29,9 @@ ADVERSARIAL = [
     "\u01c5 \u00df \ufb01 \u212b", "<0x41> <s> </s>", "a  \n  b\t\tc", "'s 's' ''",
     "\x1c\x1d\x1e\x1f\x85\x0b\x0c", "\u0915\u094d\u0937 \u0e01\u0e34 \u4e2d\u6587\u5b57",
     "tab\there", "x" * 300, " " * 50 + "y",
+    "\x00a\ufffdb\ue000c\u200bd\x7fe\u00adf \u2028g\x85h",        # controls, private use
+    "\u4e00x\u3400y\U00020000z\uf900\U0002f800 \u3042\uac00 CJK",     # ideograph blocks
+    "Caf\u00e9 NA\u00cfVE \u1e9e \u0915\u093f \u20dd\u0301",         # accents and marks
 ]
 
 
@@ -97,6 +100,7 @@ PRE = {
     "Sequence-punct-ws": (
         lambda: C.PreTokenizerSequence([C.Punctuation("contiguous"), C.Whitespace()]),
         lambda: P.Sequence([P.Punctuation("contiguous"), P.Whitespace()])),
+    "BertPreTokenizer": (C.BertPreTokenizer, P.BertPreTokenizer),
     "Split-empty-matches": (lambda: C.Split(r"\s*", "isolated", is_regex=True),
                             lambda: P.Split(Regex(r"\s*"), "isolated")),
     "Split-empty-string": (lambda: C.Split("", "removed"), lambda: P.Split("", "removed")),
@@ -200,8 +204,7 @@ def test_text_pieces_are_raw_text():
 
 
 @pytest.mark.parametrize("doc, match", [
-    ({"type": "BertPreTokenizer"}, "pre_tokenizer BertPreTokenizer is not supported"),
-    ({"type": "UnicodeScripts"}, "UnicodeScripts"),
+    ({"type": "UnicodeScripts"}, "pre_tokenizer UnicodeScripts is not supported"),
     ({"type": "Split", "pattern": {"Regex": r"\p{N}{1,3}+"}, "behavior": "Isolated",
       "invert": False}, r"X\{m,n\}\+"),
     ({"type": "Split", "pattern": {"Regex": "("}, "behavior": "Isolated", "invert": False},
@@ -251,6 +254,19 @@ NORM = {
     "Sequence-nfkc-lower-strip": (
         lambda: C.NormalizerSequence([C.NFKC(), C.Lowercase(), C.Strip()]),
         lambda: N.Sequence([N.NFKC(), N.Lowercase(), N.Strip()])),
+    "StripAccents": (C.StripAccents, N.StripAccents),
+    "Sequence-nfd-stripaccents": (lambda: C.NormalizerSequence([C.NFD(), C.StripAccents()]),
+                                  lambda: N.Sequence([N.NFD(), N.StripAccents()])),
+    "BertNormalizer": (C.BertNormalizer, N.BertNormalizer),
+    "BertNormalizer-cased": (lambda: C.BertNormalizer(lowercase=False),
+                             lambda: N.BertNormalizer(lowercase=False)),
+    "BertNormalizer-accents-only": (
+        lambda: C.BertNormalizer(False, False, True, False),
+        lambda: N.BertNormalizer(clean_text=False, handle_chinese_chars=False,
+                                 strip_accents=True, lowercase=False)),
+    "BertNormalizer-lower-keep-accents": (
+        lambda: C.BertNormalizer(True, True, False, True),
+        lambda: N.BertNormalizer(strip_accents=False)),
 }
 
 
@@ -275,10 +291,10 @@ def test_lowercase_has_no_final_sigma_rule():
 
 
 @pytest.mark.parametrize("doc, match", [
-    ({"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
-      "strip_accents": None, "lowercase": True}, "normalizer BertNormalizer is not supported"),
-    ({"type": "Precompiled", "precompiled_charsmap": ""}, "Precompiled"),
-    ({"type": "StripAccents"}, "StripAccents"),
+    ({"type": "Precompiled", "precompiled_charsmap": ""},
+     "normalizer Precompiled is not supported"),
+    ({"type": "BertNormalizer", "strip_accents": "yes"}, "strip_accents must be"),
+    ({"type": "StripAccents", "x": 1}, r"unknown field\(s\) \['x'\]"),
     ({"type": "Replace", "pattern": {"Glob": "a"}, "content": "b"}, "pattern"),
     ({"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Nmt"}]}, "Nmt"),
 ])

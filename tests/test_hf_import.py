@@ -121,9 +121,19 @@ def _bytelevel_partial(lines):
                   dec=D.ByteLevel())
 
 
+def _charbpe(lines):
+    """HF's CharBPETokenizer layout: BertNormalizer, BertPreTokenizer, a "</w>" suffix and
+    the BPEDecoder; a cased one with accents kept would differ only in the normalizer's
+    options."""
+    return _train(models.BPE(unk_token="<unk>", end_of_word_suffix="</w>"), lines,
+                  P.BertPreTokenizer(), N.BertNormalizer(), D.BPEDecoder(suffix="</w>"),
+                  end_of_word_suffix="</w>")
+
+
 BUILDERS = {"whitespace": _whitespace, "llama": _llama, "metaspace": _metaspace,
             "suffix": _suffix, "bytelevel-regex": _bytelevel_regex,
-            "bytelevel-prefix": _bytelevel_prefix, "bytelevel-partial": _bytelevel_partial}
+            "bytelevel-prefix": _bytelevel_prefix, "bytelevel-partial": _bytelevel_partial,
+            "charbpe": _charbpe}
 
 
 def _read(p):
@@ -282,10 +292,9 @@ def _set(path, value):
 
 
 REFUSALS = [
-    ("normalizer", {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
-                    "strip_accents": None, "lowercase": True},
-     "normalizer BertNormalizer is not supported"),
-    ("pre_tokenizer", {"type": "BertPreTokenizer"}, "pre_tokenizer BertPreTokenizer"),
+    ("normalizer", {"type": "Precompiled", "precompiled_charsmap": ""},
+     "normalizer Precompiled is not supported"),
+    ("pre_tokenizer", {"type": "UnicodeScripts"}, "pre_tokenizer UnicodeScripts"),
     ("pre_tokenizer", {"type": "Sequence", "pretokenizers": [
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
          "use_regex": False}, {"type": "Digits", "individual_digits": True}]},
@@ -477,7 +486,7 @@ def test_bytelevel_custom_regex_encodes_like_hf(built):
 
 
 @pytest.mark.parametrize("name", ["whitespace", "llama", "metaspace", "suffix",
-                                  "bytelevel-prefix", "bytelevel-partial"])
+                                  "bytelevel-prefix", "bytelevel-partial", "charbpe"])
 def test_model_options_encode_like_hf(built, name):
     p = built(name)
     with warnings.catch_warnings():
