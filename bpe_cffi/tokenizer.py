@@ -1204,7 +1204,55 @@ class Tokenizer(TiktokenMethods):
         if n == 0:
             return []
         if self._py_path:
+            if self._added is not None and self._c_between_tokens():
+                return self._encode_batch_added(texts, mode, num_threads)
             return [self._encode_py(_utf8(t), mode) for t in texts]
+        return self._encode_batch_c(texts, mode, num_threads)
+
+    def _c_between_tokens(self) -> bool:
+        """Whether C alone encodes the text between added tokens (a built-in pattern, no
+        normalizer or pre-tokenizer)."""
+        return self._cpattern != 0 and self._normalizer is None and self._pre_tokenizer is None
+
+    def _encode_batch_added(self, texts, mode, num_threads) -> list:
+        """encode_batch when _added finds the added tokens and C encodes the rest: the tokens
+        are found text by text, and all the text between them is one C batch."""
+        allowed, disallowed = self._mode_sets(mode)
+        pieces = []
+        plans = []      # per text: token ids, and -1 - k for the ids of pieces[k]
+        for t in texts:
+            if not (type(t) is str and t.isascii()):    # (surrogates repaired as encode)
+                data = _utf8(t)
+                self._check_disallowed(data, disallowed)
+                t = data.decode("utf-8")
+            elif disallowed:
+                self._check_disallowed(t.encode("ascii"), disallowed)
+            plan = []
+            for part in (self._added_parts(t, allowed) if allowed else [(t, 0, False)]):
+                if isinstance(part[0], int):
+                    plan.append(part[0])
+                else:
+                    plan.append(-1 - len(pieces))
+                    pieces.append(part[0])
+            plans.append(plan)
+        lists = self._encode_batch_c(pieces, ffi.NULL, num_threads) if pieces else []
+        out = []
+        for plan in plans:
+            if len(plan) == 1 and plan[0] < 0:
+                out.append(lists[-1 - plan[0]])
+                continue
+            ids = []
+            for x in plan:
+                if x >= 0:
+                    ids.append(x)
+                else:
+                    ids += lists[-1 - x]
+            out.append(ids)
+        return out
+
+    def _encode_batch_c(self, texts, mode, num_threads) -> list:
+        """encode_batch of a list of str by the C pre-tokenizer and encoder."""
+        n = len(texts)
         if n <= _FEW_TEXTS and _short_strs(texts):
             return [self._encode_text(t, mode) for t in texts]
         # C encodes groups of the texts on worker threads while this thread turns the groups
@@ -1245,8 +1293,7 @@ class Tokenizer(TiktokenMethods):
             if rc == lib.BPE_ERR_DISALLOWED or rc == lib.BPE_ERR_NOBYTE:
                 # k names the text; a single-text encode raises with the token's name
                 if k < n:
-                    self.encode(texts[k], allowed_special=allowed_special,
-                                disallowed_special=disallowed_special)
+                    self._encode_text(texts[k], mode)
             self._raise_encode(rc, k, "encode_batch")
         return out
 

@@ -323,3 +323,20 @@ def test_offsets_with_special_token_options(base_json, tmp_path):
     ids, spans = ours.encode_with_offsets(text)
     assert ids == ours.encode(text) and ids[-2] == ours.special_tokens["<mask>"]
     assert spans[-2] == (2, 9) and spans[-1] == (9, 10)
+
+
+def test_encode_batch_equals_encode_of_each(base_json, tmp_path):
+    """encode_batch finds the tokens text by text and encodes all the text between them in
+    one C batch: the same ids as encode of each text, with every special-token option, for
+    ASCII, non-ASCII and lone-surrogate texts; a disallowed token raises naming it."""
+    rng = random.Random(77)
+    hf, ours = _pair(base_json, tmp_path, _random_added(rng, TOKENS, normalized_too=True))
+    texts = _random_texts(rng, 300) + ["x\ud800 <mask>", "\ud83d\ude00qzq <s>", "", "plain"]
+    for kw in ({}, {"allowed_special": set()}, {"allowed_special": {"<mask>", " the"}},
+               {"allowed_special": {"<s>"}, "disallowed_special": set()}):
+        want = [ours.encode(t, **kw) for t in texts]
+        assert ours.encode_batch(texts, **kw) == want, kw
+        assert ours.encode_batch(texts, num_threads=1, **kw) == want, kw
+    with pytest.raises(ValueError, match="<mask>"):
+        ours.encode_batch(["fine", "a <mask>"], allowed_special={"<s>"},
+                          disallowed_special="all")
