@@ -71,25 +71,23 @@ class AddedTokens:
 
     def __init__(self, special: dict, flags: dict, normalize=None):
         self.flags = {s: flags.get(s, Flags()) for s in special}
-        # the text each token is found by -> (its id, its flags)
-        self.found_as = {}
-        normalized_from = {}
-        for s, i in special.items():
-            f = self.flags[s]
-            key = s
-            if f.normalized:
-                key = normalize(s) if normalize is not None else s
-                if key in normalized_from:
-                    raise ValueError(f"added tokens {normalized_from[key]!r} and {s!r} are "
-                                     f"both {key!r} once normalized: unsupported")
-                normalized_from[key] = s
-            self.found_as[(key, f.normalized)] = (i, f)
-        self._names = {s: (normalize(s) if self.flags[s].normalized and normalize is not None
-                           else s) for s in special}
-        self._matchers = {}
         self.flags_of_id = {i: self.flags[s] for s, i in special.items()}
         self.any_lstrip = any(f.lstrip for f in self.flags.values())
         self.any_single_word = any(f.single_word for f in self.flags.values())
+        # each token's text as it is found (normalized ones: as the normalizer makes it), and
+        # (that text, whether normalized) -> (its id, its flags)
+        self._names = {}
+        self.found_as = {}
+        for s, i in special.items():
+            f = self.flags[s]
+            key = normalize(s) if f.normalized and normalize is not None else s
+            other = self.found_as.get((key, f.normalized))
+            if other is not None and key:       # (one normalized to nothing is never found)
+                raise ValueError(f"added tokens {other[2]!r} and {s!r} are both {key!r} "
+                                 f"once normalized: unsupported")
+            self._names[s] = key
+            self.found_as[(key, f.normalized)] = (i, f, s)
+        self._matchers = {}
         # every start (not the whole) of a token's text, for prefix_at_end
         self._starts = {t[:k] for t in self._names.values() for k in range(1, len(t))}
         self._longest = max(map(len, self._names.values()), default=0)
@@ -154,7 +152,7 @@ class AddedTokens:
         done = 0                          # where the last token's span ended
         for m in rx.finditer(s):
             start, stop = m.span()
-            tid, f = self.found_as[(m.group(), normalized)]
+            tid, f, _ = self.found_as[(m.group(), normalized)]
             if f.single_word and (_word_at(s, start - 1) or _word_at(s, stop)):
                 continue
             if f.lstrip:

@@ -340,3 +340,18 @@ def test_encode_batch_equals_encode_of_each(base_json, tmp_path):
     with pytest.raises(ValueError, match="<mask>"):
         ours.encode_batch(["fine", "a <mask>"], allowed_special={"<s>"},
                           disallowed_special="all")
+
+
+def test_tokens_normalized_to_nothing_are_never_found(base_json, tmp_path):
+    """Under a Strip normalizer two whitespace tokens with normalized=true are both "": HF
+    never finds them (and loads the file); neither do we."""
+    hf = tokenizers.Tokenizer.from_str(base_json)
+    hf.normalizer = N.Strip()
+    hf.add_special_tokens([AddedToken("  ", normalized=True, special=True),
+                           AddedToken("\t", normalized=True, special=True),
+                           AddedToken("<m>", lstrip=True, special=True)])
+    p = tmp_path / "strip.json"
+    hf.save(str(p))
+    hf = tokenizers.Tokenizer.from_file(str(p))
+    ours = load(p)
+    _assert_like_hf(hf, ours, ["a  b\tc <m> d", "  <m>\t", "\t\t"], offsets=False)
