@@ -309,6 +309,11 @@ def _split_piece(piece, spans, behavior):
 class _PreTokenizer:
     """Base: subclasses implement `_apply(pieces) -> pieces`."""
 
+    def piece_texts(self, text, offset=0):
+        """The texts of pre_tokenize_str(text, offset)'s pieces (what an encoder needs);
+        subclasses whose pieces are the matches of one regex find them faster."""
+        return [p.text for p in self._apply([_Piece(text, offset)] if text else [])]
+
     def pre_tokenize_str(self, text, offset=0):
         """[(piece, (start, end))]: HF's pre_tokenize_str.  `offset` (ours; HF's objects do not
         take it) is where `text` starts in a longer input, for a caller that pre-tokenizes
@@ -340,6 +345,10 @@ class Whitespace(_PreTokenizer):
     r"""Pieces are the matches of `\w+|[^\w\s]+`; whitespace is dropped."""
     _re = regex.compile(r"\w+|[^\w\s]+")
 
+    def piece_texts(self, text, offset=0):
+        """The pieces' texts alone (what encoding needs), found in one C loop."""
+        return self._re.findall(text)
+
     def _apply(self, pieces):
         pat = self._re
         return self._split_all(
@@ -358,6 +367,11 @@ class Whitespace(_PreTokenizer):
 class WhitespaceSplit(_PreTokenizer):
     """Split on each whitespace character (Unicode White_Space), which is dropped."""
     _re = regex.compile(_WS_CLASS)
+    _pieces_re = regex.compile("[^" + _WS_CLASS[1:] + "+")
+
+    def piece_texts(self, text, offset=0):
+        """The pieces' texts alone (what encoding needs), found in one C loop."""
+        return self._pieces_re.findall(text)
 
     def _apply(self, pieces):
         pat = self._re
@@ -462,6 +476,22 @@ class Metaspace(_PreTokenizer):
         self.prepend_scheme = prepend_scheme
         self.split = bool(split)
         self._re = regex.compile(regex.escape(replacement))
+        # merged_with_next pieces: a replacement with what follows it up to the next one,
+        # or a run before the first
+        r = regex.escape(replacement)
+        self._pieces_re = regex.compile(f"{r}[^{r}]*|[^{r}]+")
+
+    def piece_texts(self, text, offset=0):
+        """The pieces' texts alone (what encoding needs), found in one C loop."""
+        if not text:
+            return []
+        rep = self.replacement
+        text = text.replace(" ", rep)
+        if not text.startswith(rep) and (
+                self.prepend_scheme == "always"
+                or (self.prepend_scheme == "first" and offset == 0)):
+            text = rep + text
+        return self._pieces_re.findall(text) if self.split else [text]
 
     def _apply(self, pieces):
         rep = self.replacement
@@ -584,6 +614,13 @@ class BertPreTokenizer(_PreTokenizer):
     """BERT's split (HF's CharBPETokenizer uses it too): on whitespace (dropped), then on
     each punctuation character (kept alone): WhitespaceSplit, then Punctuation."""
     _steps = (WhitespaceSplit(), Punctuation("isolated"))
+    # a punctuation character alone, or a run of characters neither whitespace nor punctuation
+    _pieces_re = regex.compile(Punctuation._re.pattern + "|[^" + _WS_CLASS[1:-1]
+                               + Punctuation._re.pattern[1:-1] + "]+")
+
+    def piece_texts(self, text, offset=0):
+        """The pieces' texts alone (what encoding needs), found in one C loop."""
+        return self._pieces_re.findall(text)
 
     def _apply(self, pieces):
         for step in self._steps:

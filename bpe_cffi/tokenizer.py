@@ -712,6 +712,7 @@ class Tokenizer(TiktokenMethods):
         self._py_split = None
         self._py_special_re = {}
         self._pre_tokenizer = self._components["pre_tokenizer"]
+        self._pre_ours = _is_ours(self._pre_tokenizer)
         self._normalizer = self._components["normalizer"]
         self._decoder = self._components["decoder"]
         # text goes through Python (split, normalize, pre-tokenize) before C sees pieces
@@ -1485,13 +1486,16 @@ class Tokenizer(TiktokenMethods):
             out.extend(self._encode_c(data, ffi.NULL))
             return None
         pre = self._pre_tokenizer
-        if at and _takes_offset(pre):
-            # our components pre-tokenize a stretch after a special token as HF does (only
-            # whether the offset is 0 matters here: the pieces' offsets are not used)
-            pieces = pre.pre_tokenize_str(text, offset=at)
+        if self._pre_ours:
+            # the pieces' texts alone, no offsets; a stretch after a special token is
+            # pre-tokenized as HF does (only whether its offset is 0 matters)
+            strs = pre.piece_texts(text, at)
         else:
-            pieces = pre.pre_tokenize_str(text)
-        parts = [_utf8(p[0]) for p in pieces]
+            strs = [p[0] for p in pre.pre_tokenize_str(text)]
+        try:
+            parts = list(map(str.encode, strs))
+        except UnicodeEncodeError:              # a lone surrogate: repaired as _utf8 does
+            parts = list(map(_utf8, strs))
         self._encode_split(b"".join(parts), list(itertools.accumulate(map(len, parts))), out)
         return None
 
@@ -1897,8 +1901,9 @@ class Tokenizer(TiktokenMethods):
         formats.write_gpt2(self.vocab, self.merges, vocab_path, merges_path)
 
 
-def _takes_offset(pre_tokenizer) -> bool:
-    """True for bpe_cffi.hf_components pre-tokenizers (pre_tokenize_str(text, offset=))."""
+def _is_ours(pre_tokenizer) -> bool:
+    """True for bpe_cffi.hf_components pre-tokenizers (piece_texts(text, offset)); others
+    have HF's pre_tokenize_str(text) only."""
     from . import hf_components
     return isinstance(pre_tokenizer, hf_components._PreTokenizer)
 

@@ -120,6 +120,18 @@ def test_pre_tokenizer_matches_hf(name, main_texts, matrix_texts):
         assert a == b, f"{name} on {t[:40]!r}: {first_diff(a, b)}"
 
 
+@pytest.mark.parametrize("name", list(PRE))
+def test_piece_texts_are_the_pieces(name, main_texts, matrix_texts):
+    """piece_texts (what the Tokenizer encodes; one regex for Whitespace, WhitespaceSplit,
+    BertPreTokenizer and Metaspace) gives the texts of pre_tokenize_str's pieces, at the
+    start of a text and after it (Metaspace's prepend_scheme "first")."""
+    ours = PRE[name][0]()
+    for t in (matrix_texts if name in SHORT else main_texts):
+        for offset in (0, 5):
+            assert ours.piece_texts(t, offset) == \
+                [p for p, _ in ours.pre_tokenize_str(t, offset)], (offset, t[:40])
+
+
 BEHAVIORS = ["removed", "isolated", "merged_with_previous", "merged_with_next", "contiguous"]
 
 
