@@ -102,7 +102,20 @@ def main(argv=None) -> int:
     return rc
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """A warning as one line of the CLI's own ("bpe-cffi: warning: ..."), not Python's
+    source line of the library."""
+    print(f"bpe-cffi: warning: {message}", file=file if file is not None else sys.stderr)
+
+
 def _run(args) -> int:
+    import warnings
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return _run_command(args)
+
+
+def _run_command(args) -> int:
     try:
         return int(args.func(args) or 0)
     except Terminated:

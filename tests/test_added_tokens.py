@@ -355,3 +355,25 @@ def test_tokens_normalized_to_nothing_are_never_found(base_json, tmp_path):
     hf = tokenizers.Tokenizer.from_file(str(p))
     ours = load(p)
     _assert_like_hf(hf, ours, ["a  b\tc <m> d", "  <m>\t", "\t\t"], offsets=False)
+
+
+def test_cli_encode_of_a_roberta_file(base_json, tmp_path, capsys):
+    """`bpe-cffi encode` runs a RoBERTa-style file (refused before: its added tokens'
+    options), writes encode's ids, and says the ignored post-processor in one line of its
+    own, not as a Python warning with a source line."""
+    import numpy as np
+    from bpe_cffi import cli
+    added = [AddedToken("<s>", special=True, normalized=True),
+             AddedToken("<mask>", lstrip=True, special=True)]
+    post = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    hf, ours = _pair(base_json, tmp_path, added, post=post, name="roberta.json")
+    text = "The cat <mask> on the mat.\n<s>hello <mask>  world\n" * 2000
+    src = tmp_path / "in.txt"
+    src.write_text(text, encoding="utf-8")
+    out = tmp_path / "out.bin"
+    assert cli.main(["encode", "--tokenizer", str(tmp_path / "roberta.json"), str(src),
+                     "-o", str(out), "--no-progress"]) == 0
+    assert np.fromfile(out, dtype="<u2").tolist() == ours.encode(text)
+    err = capsys.readouterr().err
+    assert "bpe-cffi: warning: " in err and "RobertaProcessing is ignored" in err
+    assert "UserWarning" not in err and ".py:" not in err
