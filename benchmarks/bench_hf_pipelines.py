@@ -8,6 +8,7 @@ and loaded by bpe_cffi.load; both then encode the next --mb MB (ids checked equa
   quicktour   BPE + Whitespace pre-tokenizer (HF's quicktour)
   charbpe     HF's CharBPETokenizer layout: BertNormalizer, BertPreTokenizer, "</w>"
   metaspace   BPE + Metaspace (SentencePiece-like)
+  qwen        Qwen2's: NFC normalizer, its split regex, byte-level
   roberta     GPT-2's byte-level split with RoBERTa's added tokens (<mask> takes the space
               before it: lstrip), so the tokens are found in Python and the rest in C
 Times are the best of --reps calls (HF's batch uses its own threads; ours as encode_batch
@@ -47,6 +48,21 @@ def metaspace():
     return t, {}
 
 
+QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
+              r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def qwen():
+    """Qwen2's layout: NFC, then its own split regex (cl100k's with single digits) and a
+    byte-level mapping."""
+    t = tokenizers.Tokenizer(models.BPE())
+    t.normalizer = N.NFC()
+    t.pre_tokenizer = P.Sequence([P.Split(tokenizers.Regex(QWEN_SPLIT), "isolated"),
+                                  P.ByteLevel(add_prefix_space=False, use_regex=False)])
+    t.decoder = D.ByteLevel()
+    return t, dict(initial_alphabet=P.ByteLevel.alphabet())
+
+
 def roberta():
     t = tokenizers.Tokenizer(models.BPE())
     t.pre_tokenizer = P.ByteLevel(add_prefix_space=False)
@@ -58,7 +74,7 @@ def roberta():
 
 
 LAYOUTS = {"quicktour": quicktour, "charbpe": charbpe, "metaspace": metaspace,
-           "roberta": roberta}
+           "qwen": qwen, "roberta": roberta}
 
 
 def main():

@@ -312,6 +312,32 @@ def _grown_enough(chunks, tail_len):
         yield b"".join(parts)
 
 
+def _piece_ends_walk(rx, text: str, data: bytes) -> list:
+    """Tokenizer._regex_piece_ends match by match: text's pieces are rx's non-empty matches
+    and the text between them; their ends as offsets into data (text's UTF-8)."""
+    ends = []
+    pos = 0
+    for m in rx.finditer(text):
+        s, e = m.span()
+        if e == s:
+            continue
+        if s > pos:
+            ends.append(s)
+        ends.append(e)
+        pos = e
+    if pos < len(text):
+        ends.append(len(text))
+    if len(text) != len(data):          # char offsets -> byte offsets
+        byte_ends = []
+        last_c = last_b = 0
+        for e in ends:
+            last_b += len(text[last_c:e].encode("utf-8"))
+            last_c = e
+            byte_ends.append(last_b)
+        ends = byte_ends
+    return ends
+
+
 # From this many characters on, a non-ASCII str's UTF-8 is written by the helper extension
 # (2-3x faster than str.encode on 4 MB of text; for short texts the call costs more).
 _HELPER_UTF8_MIN = 4096
@@ -1436,27 +1462,16 @@ class Tokenizer(TiktokenMethods):
         """The byte offsets where the pieces of data end, as the custom regex splits it (text
         it does not match is a piece of its own)."""
         text = data.decode("utf-8")
-        ends = []
-        pos = 0
-        for m in self._py_split.finditer(text):
-            s, e = m.span()
-            if e == s:
-                continue
-            if s > pos:
-                ends.append(s)
-            ends.append(e)
-            pos = e
-        if pos < len(text):
-            ends.append(len(text))
-        if len(text) != len(data):          # char offsets -> byte offsets
-            byte_ends = []
-            last_c = last_b = 0
-            for e in ends:
-                last_b += len(text[last_c:e].encode("utf-8"))
-                last_c = e
-                byte_ends.append(last_b)
-            ends = byte_ends
-        return ends
+        rx = self._py_split
+        if rx.groups == 0:
+            # the usual case, matches that cover the text end to end, in C loops (findall,
+            # map): no empty match, no text between matches (else _piece_ends_walk)
+            strs = rx.findall(text)
+            if all(strs) and sum(map(len, strs)) == len(text):
+                if len(text) != len(data):
+                    strs = map(str.encode, strs)
+                return list(itertools.accumulate(map(len, strs)))
+        return _piece_ends_walk(rx, text, data)
 
     def _encode_split(self, data: bytes, ends: list, out: list) -> None:
         """BPE of the pieces data[ends[k-1]:ends[k]] in C; extend out."""

@@ -312,6 +312,28 @@ def test_small_batches_equal_encode(vocab):
         tok.encode_batch(["ok", b"bytes"])
 
 
+@pytest.mark.parametrize("pattern", [
+    CUSTOM_REGEX,                                       # matches end to end: findall
+    r"\p{L}+|\p{N}",                                    # gaps between matches
+    r"(\p{L}+)|\p{N}+|[^\p{L}\p{N}]+",                   # a group: findall gives groups
+    r"\p{L}*|\s",                                       # empty matches
+    r"(?<=a)b+|[^b]+|b",                                 # a lookbehind
+])
+def test_regex_pieces_equal_the_match_by_match_walk(trained, pattern):
+    """_regex_piece_ends takes the pieces of a regex that covers the text with findall;
+    whatever the regex, its result is the match-by-match walk's (matches and the text
+    between them, empty matches dropped), in UTF-8 byte offsets."""
+    import regex
+    from bpe_cffi.tokenizer import _piece_ends_walk
+    vocab, merges = trained
+    tok = Tokenizer(vocab, merges, SPECIALS, pattern=pattern)
+    rx = regex.compile(pattern)
+    for s in random_texts(seed=11, n=200) + ["", "abba  bb, caf\u00e9 12 \U0001F600b"]:
+        data = s.encode("utf-8", "surrogatepass").decode("utf-8", "replace").encode()
+        text = data.decode()
+        assert tok._regex_piece_ends(data) == _piece_ends_walk(rx, text, data), repr(s)
+
+
 def test_encode_batch_custom_pattern(trained):
     vocab, merges = trained
     tok = Tokenizer(vocab, merges, SPECIALS, pattern=CUSTOM_REGEX)
