@@ -501,7 +501,8 @@ class Tokenizer(TiktokenMethods):
     refuses options that change the token bytes (normalizer, pre_tokenizer, prefix, suffix,
     unk_token, byte_fallback).
     A tokenizer.json's added tokens with lstrip, rstrip, single_word or normalized set are
-    found as HF finds them (bpe_cffi.added_tokens; encode_iterable / encode_file refuse them).
+    found as HF finds them (bpe_cffi.added_tokens; with a regex pattern instead of a
+    built-in one, encode_iterable / encode_file refuse them).
     """
 
     _ptr = None       # the C tokenizer; an instance attribute until close() takes it
