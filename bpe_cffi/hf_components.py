@@ -610,6 +610,47 @@ class ByteLevel(_PreTokenizer):
                 "trim_offsets": self.trim_offsets, "use_regex": self.use_regex}
 
 
+class CharDelimiterSplit(_PreTokenizer):
+    """Split on one character, which is dropped."""
+
+    def __init__(self, delimiter):
+        if not isinstance(delimiter, str) or len(delimiter) != 1:
+            raise UnsupportedComponent(f"CharDelimiterSplit: delimiter must be one character, "
+                                       f"not {delimiter!r}")
+        self.delimiter = delimiter
+
+    def _apply(self, pieces):
+        d = self.delimiter
+        return self._split_all(pieces, lambda t: _literal_spans(t, d), "removed")
+
+    def piece_texts(self, text, offset=0):
+        """The pieces' texts alone (what encoding needs)."""
+        return [p for p in text.split(self.delimiter) if p]
+
+    @classmethod
+    def from_json(cls, d):
+        _check_keys(d, ("delimiter",), "CharDelimiterSplit")
+        return cls(_get_str(d, "delimiter", None, "CharDelimiterSplit"))
+
+    def to_json(self):
+        return {"type": "CharDelimiterSplit", "delimiter": self.delimiter}
+
+
+def _literal_spans(text, sub):
+    """[(start, end, is_match)] covering text, the matches being the occurrences of sub."""
+    out, pos = [], 0
+    k = text.find(sub)
+    while k >= 0:
+        if k > pos:
+            out.append((pos, k, False))
+        out.append((k, k + len(sub), True))
+        pos = k + len(sub)
+        k = text.find(sub, pos)
+    if pos < len(text):
+        out.append((pos, len(text), False))
+    return out
+
+
 class BertPreTokenizer(_PreTokenizer):
     """BERT's split (HF's CharBPETokenizer uses it too): on whitespace (dropped), then on
     each punctuation character (kept alone): WhitespaceSplit, then Punctuation."""
@@ -684,7 +725,8 @@ def _apply_text_only(pre, pieces):
 _PRE_TOKENIZERS = {
     "Whitespace": Whitespace, "WhitespaceSplit": WhitespaceSplit, "Metaspace": Metaspace,
     "Split": Split, "ByteLevel": ByteLevel, "Punctuation": Punctuation, "Digits": Digits,
-    "BertPreTokenizer": BertPreTokenizer, "Sequence": PreTokenizerSequence,
+    "BertPreTokenizer": BertPreTokenizer, "CharDelimiterSplit": CharDelimiterSplit,
+    "Sequence": PreTokenizerSequence,
 }
 
 
@@ -864,6 +906,29 @@ _NONSPACING_MARK = regex.compile(r"\p{Mn}")
 _MARK = regex.compile(r"\p{M}")
 
 
+# HF's Nmt normalizer, as probed code point by code point: these characters are dropped, and
+# these become a space.
+_NMT_TABLE = dict.fromkeys([*range(0x01, 0x09), 0x0B, *range(0x0E, 0x20), 0x7F, 0x8F, 0x9F])
+_NMT_TABLE.update(dict.fromkeys([0x09, 0x0A, 0x0C, 0x0D, 0x1680, *range(0x200B, 0x2010), 0x2028,
+                                 0x2029, 0x2581, 0xFEFF, 0xFFFD], " "))
+
+
+class Nmt(_Normalizer):
+    """SentencePiece's NMT rule: some control characters dropped, some space-like ones (and
+    U+2581, U+FFFD) made a space."""
+
+    def _normalize(self, text):
+        return text.translate(_NMT_TABLE)
+
+    @classmethod
+    def from_json(cls, d):
+        _check_keys(d, (), "Nmt")
+        return cls()
+
+    def to_json(self):
+        return {"type": "Nmt"}
+
+
 class StripAccents(_Normalizer):
     """Remove every mark (categories Mn, Mc, Me: HF's StripAccents, unlike BertNormalizer's
     strip_accents, which keeps Mc and Me); with NFD before it, the accents of letters."""
@@ -946,7 +1011,7 @@ class NormalizerSequence(_Normalizer):
 _NORMALIZERS = {
     "NFC": NFC, "NFD": NFD, "NFKC": NFKC, "NFKD": NFKD, "Lowercase": Lowercase, "Strip": Strip,
     "Replace": Replace, "Prepend": Prepend, "StripAccents": StripAccents,
-    "BertNormalizer": BertNormalizer, "Sequence": NormalizerSequence,
+    "BertNormalizer": BertNormalizer, "Nmt": Nmt, "Sequence": NormalizerSequence,
 }
 
 

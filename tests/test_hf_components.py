@@ -101,6 +101,9 @@ PRE = {
         lambda: C.PreTokenizerSequence([C.Punctuation("contiguous"), C.Whitespace()]),
         lambda: P.Sequence([P.Punctuation("contiguous"), P.Whitespace()])),
     "BertPreTokenizer": (C.BertPreTokenizer, P.BertPreTokenizer),
+    "CharDelimiterSplit": (lambda: C.CharDelimiterSplit("e"), lambda: P.CharDelimiterSplit("e")),
+    "CharDelimiterSplit-space": (lambda: C.CharDelimiterSplit(" "),
+                                 lambda: P.CharDelimiterSplit(" ")),
     "Split-empty-matches": (lambda: C.Split(r"\s*", "isolated", is_regex=True),
                             lambda: P.Split(Regex(r"\s*"), "isolated")),
     "Split-empty-string": (lambda: C.Split("", "removed"), lambda: P.Split("", "removed")),
@@ -227,8 +230,8 @@ def test_text_pieces_are_raw_text():
      "behavior"),
     ({"type": "Whitespace", "extra": 1}, r"unknown field\(s\) \['extra'\]"),
     ({"type": "Metaspace", "replacement": "ab"}, "one character"),
-    ({"type": "Sequence", "pretokenizers": [{"type": "CharDelimiterSplit", "delimiter": "x"}]},
-     "CharDelimiterSplit"),
+    ({"type": "Sequence", "pretokenizers": [{"type": "UnicodeScripts"}]}, "UnicodeScripts"),
+    ({"type": "CharDelimiterSplit", "delimiter": "ab"}, "one character"),
     ({"nope": 1}, "no \"type\""),
 ])
 def test_unsupported_pre_tokenizers_are_named(doc, match):
@@ -267,6 +270,7 @@ NORM = {
         lambda: C.NormalizerSequence([C.NFKC(), C.Lowercase(), C.Strip()]),
         lambda: N.Sequence([N.NFKC(), N.Lowercase(), N.Strip()])),
     "StripAccents": (C.StripAccents, N.StripAccents),
+    "Nmt": (C.Nmt, N.Nmt),
     "Sequence-nfd-stripaccents": (lambda: C.NormalizerSequence([C.NFD(), C.StripAccents()]),
                                   lambda: N.Sequence([N.NFD(), N.StripAccents()])),
     "BertNormalizer": (C.BertNormalizer, N.BertNormalizer),
@@ -308,7 +312,8 @@ def test_lowercase_has_no_final_sigma_rule():
     ({"type": "BertNormalizer", "strip_accents": "yes"}, "strip_accents must be"),
     ({"type": "StripAccents", "x": 1}, r"unknown field\(s\) \['x'\]"),
     ({"type": "Replace", "pattern": {"Glob": "a"}, "content": "b"}, "pattern"),
-    ({"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Nmt"}]}, "Nmt"),
+    ({"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "ByteLevel"}]},
+     "normalizer ByteLevel is not supported"),
 ])
 def test_unsupported_normalizers_are_named(doc, match):
     with pytest.raises(C.UnsupportedComponent, match=match):
