@@ -307,11 +307,15 @@ def _split_piece(piece, spans, behavior):
 
 
 class _PreTokenizer:
-    """Base: subclasses implement `_apply(pieces) -> pieces`."""
+    """Base: subclasses implement `_apply(pieces) -> pieces`.  One whose pieces are exactly
+    the matches of one regex, wherever the text starts, names it `_pieces_re`."""
+    _pieces_re = None
 
     def piece_texts(self, text, offset=0):
-        """The texts of pre_tokenize_str(text, offset)'s pieces (what an encoder needs);
-        subclasses whose pieces are the matches of one regex find them faster."""
+        """The texts of pre_tokenize_str(text, offset)'s pieces (what an encoder needs): the
+        matches of _pieces_re (one C loop), else through the pieces."""
+        if self._pieces_re is not None:
+            return self._pieces_re.findall(text)
         return [p.text for p in self._apply([_Piece(text, offset)] if text else [])]
 
     def pre_tokenize_str(self, text, offset=0):
@@ -343,11 +347,7 @@ class _PreTokenizer:
 
 class Whitespace(_PreTokenizer):
     r"""Pieces are the matches of `\w+|[^\w\s]+`; whitespace is dropped."""
-    _re = regex.compile(r"\w+|[^\w\s]+")
-
-    def piece_texts(self, text, offset=0):
-        """The pieces' texts alone (what encoding needs), found in one C loop."""
-        return self._re.findall(text)
+    _re = _pieces_re = regex.compile(r"\w+|[^\w\s]+")
 
     def _apply(self, pieces):
         pat = self._re
@@ -368,10 +368,6 @@ class WhitespaceSplit(_PreTokenizer):
     """Split on each whitespace character (Unicode White_Space), which is dropped."""
     _re = regex.compile(_WS_CLASS)
     _pieces_re = regex.compile("[^" + _WS_CLASS[1:] + "+")
-
-    def piece_texts(self, text, offset=0):
-        """The pieces' texts alone (what encoding needs), found in one C loop."""
-        return self._pieces_re.findall(text)
 
     def _apply(self, pieces):
         pat = self._re
@@ -479,10 +475,11 @@ class Metaspace(_PreTokenizer):
         # merged_with_next pieces: a replacement with what follows it up to the next one,
         # or a run before the first
         r = regex.escape(replacement)
-        self._pieces_re = regex.compile(f"{r}[^{r}]*|[^{r}]+")
+        self._split_re = regex.compile(f"{r}[^{r}]*|[^{r}]+")
 
     def piece_texts(self, text, offset=0):
-        """The pieces' texts alone (what encoding needs), found in one C loop."""
+        """The pieces' texts alone (what encoding needs), found in one C loop after the
+        replacement and the prepend (which depends on the offset)."""
         if not text:
             return []
         rep = self.replacement
@@ -491,7 +488,7 @@ class Metaspace(_PreTokenizer):
                 self.prepend_scheme == "always"
                 or (self.prepend_scheme == "first" and offset == 0)):
             text = rep + text
-        return self._pieces_re.findall(text) if self.split else [text]
+        return self._split_re.findall(text) if self.split else [text]
 
     def _apply(self, pieces):
         rep = self.replacement
@@ -618,14 +615,12 @@ class CharDelimiterSplit(_PreTokenizer):
             raise UnsupportedComponent(f"CharDelimiterSplit: delimiter must be one character, "
                                        f"not {delimiter!r}")
         self.delimiter = delimiter
+        self._re = regex.compile(regex.escape(delimiter))
+        self._pieces_re = regex.compile(f"[^{regex.escape(delimiter)}]+")
 
     def _apply(self, pieces):
-        d = self.delimiter
-        return self._split_all(pieces, lambda t: _literal_spans(t, d), "removed")
-
-    def piece_texts(self, text, offset=0):
-        """The pieces' texts alone (what encoding needs)."""
-        return [p for p in text.split(self.delimiter) if p]
+        pat = self._re
+        return self._split_all(pieces, lambda t: _spans(pat, t), "removed")
 
     @classmethod
     def from_json(cls, d):
@@ -636,21 +631,6 @@ class CharDelimiterSplit(_PreTokenizer):
         return {"type": "CharDelimiterSplit", "delimiter": self.delimiter}
 
 
-def _literal_spans(text, sub):
-    """[(start, end, is_match)] covering text, the matches being the occurrences of sub."""
-    out, pos = [], 0
-    k = text.find(sub)
-    while k >= 0:
-        if k > pos:
-            out.append((pos, k, False))
-        out.append((k, k + len(sub), True))
-        pos = k + len(sub)
-        k = text.find(sub, pos)
-    if pos < len(text):
-        out.append((pos, len(text), False))
-    return out
-
-
 class BertPreTokenizer(_PreTokenizer):
     """BERT's split (HF's CharBPETokenizer uses it too): on whitespace (dropped), then on
     each punctuation character (kept alone): WhitespaceSplit, then Punctuation."""
@@ -658,10 +638,6 @@ class BertPreTokenizer(_PreTokenizer):
     # a punctuation character alone, or a run of characters neither whitespace nor punctuation
     _pieces_re = regex.compile(Punctuation._re.pattern + "|[^" + _WS_CLASS[1:-1]
                                + Punctuation._re.pattern[1:-1] + "]+")
-
-    def piece_texts(self, text, offset=0):
-        """The pieces' texts alone (what encoding needs), found in one C loop."""
-        return self._pieces_re.findall(text)
 
     def _apply(self, pieces):
         for step in self._steps:
