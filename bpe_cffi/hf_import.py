@@ -161,7 +161,8 @@ def read_hf_tokenizer_json(path, doc=None, text=None) -> dict:
     if rule == formats.RULE_TIKTOKEN and options:
         fail(f"bpe_cffi.rule 'tiktoken' with option(s) {sorted(options)}: unsupported")
     return {"vocab": vocab, "merges": merges, "special": special,
-            "added_non_special": non_special, "added_flags": flags, "rule": rule, "pattern": pattern,
+            "added_non_special": non_special, "added_flags": flags, "rule": rule,
+            "pattern": pattern,
             "ignore_merges": _get_bool(model, "ignore_merges", False, fail),
             "byte_level": byte_level, "options": options, "pre_tokenizer": pre,
             "normalizer": normalizer, "decoder": decoder,

@@ -1454,7 +1454,7 @@ class Tokenizer(TiktokenMethods):
             data = self._normalize_split(data, out, at, normalized)
             if data is None:
                 return
-        if self._py_split is None:          # a built-in pattern (added tokens' options)
+        if self._cpattern != 0:             # a built-in pattern: C splits it
             out.extend(self._encode_c(data, ffi.NULL))
             return
         self._encode_split(data, self._regex_piece_ends(data), out)
@@ -1487,8 +1487,8 @@ class Tokenizer(TiktokenMethods):
             lib.bpe_ids_free(res)
 
     def _normalize_split(self, data: bytes, out: list, at: int = 0, normalized: bool = False):
-        """The normalizer / pre_tokenizer part of _pieces: encodes into out and returns None,
-        or returns the normalized UTF-8 for the regex split that follows."""
+        """The normalizer / pre_tokenizer part of _pieces: encodes into out and returns None
+        (a pre_tokenizer), or returns the normalized UTF-8 for the split that follows."""
         text = data.decode("utf-8")
         if self._normalizer is not None and not normalized:
             text = self._normalizer.normalize_str(text)
@@ -1496,11 +1496,7 @@ class Tokenizer(TiktokenMethods):
                 raise TypeError(f"normalizer.normalize_str returned "
                                 f"{type(text).__name__}, not str")
         if self._pre_tokenizer is None:
-            data = _utf8(text)
-            if self._cpattern == 0:
-                return data
-            out.extend(self._encode_c(data, ffi.NULL))
-            return None
+            return _utf8(text)
         pre = self._pre_tokenizer
         if self._pre_ours:
             # the pieces' texts alone, no offsets; a stretch after a special token is
