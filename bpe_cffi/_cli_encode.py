@@ -48,7 +48,8 @@ def add_parser(subparsers) -> None:
                    help="id width; default uint16 when the vocabulary has at most 65536 ids, "
                         "else uint32")
     p.add_argument("--threads", type=int, metavar="N",
-                   help="worker threads (default: one per core this process may use)")
+                   help="worker threads (default: one per core this process may use, "
+                        "no more than its cgroup CPU quota allows)")
     p.add_argument("--no-progress", action="store_true",
                    help="do not draw the progress bar on stderr")
     p.add_argument("-q", "--quiet", action="store_true",

@@ -14,34 +14,15 @@
  * into the caller's buffer (a buffer per text, grown from empty and then gathered, cost 15%
  * more C time on 16,656 paragraphs of English averaging 240 bytes).
  */
-#if defined(__linux__) && !defined(_GNU_SOURCE)
-#define _GNU_SOURCE       /* sched_getaffinity, CPU_COUNT */
-#endif
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#if defined(__linux__)
-#include <sched.h>
-#endif
 
 #include "batch.h"
 #include "encode.h"
 #include "tokenizer.h"
 
 #define MIN_BYTES_PER_THREAD (64 * 1024)
-
-int bpe_cores_available(void)
-{
-    long n;
-#if defined(__linux__)
-    cpu_set_t set;                       /* taskset / a container's cpuset, where set */
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return CPU_COUNT(&set);
-#endif
-    n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > BPE_MAX_THREADS ? BPE_MAX_THREADS : (int)n;
-}
 
 int bpe_thread_count(int n_threads, size_t work_items)
 {

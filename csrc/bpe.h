@@ -79,8 +79,16 @@ typedef struct bpe_progress {
 #define BPE_MAX_THREADS 256  /* the most threads any call uses, whatever n_threads asks */
 
 /* The cores this process may run on (its CPU affinity set: taskset, a container's cpuset;
- * else the online cores), at least 1: the thread count of a call whose n_threads is 0. */
+ * else the online cores), lowered to its cgroup's CPU quota when that is smaller (a
+ * container's --cpus), at least 1 and at most BPE_MAX_THREADS: the thread count of a call
+ * whose n_threads is 0.  See cores.c. */
 int bpe_cores_available(void);
+
+/* The CPU quota of this process's cgroup (the smallest on the way up to the root), in cores
+ * rounded up, or 0 when there is none or it cannot be read.  prefix ("" or NULL for this
+ * system) is put before every path read (/proc/self/cgroup, /proc/self/mountinfo, the
+ * cgroup files): the tests' made-up file trees.  Never fails otherwise. */
+int bpe_cgroup_cpu_limit(const char *prefix);
 
 /* ---- the tokenizer ------------------------------------------------------------------ */
 

@@ -32,7 +32,8 @@ def configure(p):
                    help=f"endpoint to listen on (default {DEFAULT_BIND}; port 0 picks a free "
                         "port; the bound endpoint is printed on stdout)")
     p.add_argument("--workers", type=int, default=None,
-                   help="worker threads (default: one per available core)")
+                   help="worker threads (default: one per core this process may use, "
+                        "no more than its cgroup CPU quota allows)")
     p.add_argument("--curve-secret-key", metavar="FILE", default=None,
                    help="the server's CURVE certificate (zmq.auth .key_secret file)")
     p.add_argument("--curve-authorized-keys", metavar="DIR", default=None,

@@ -1605,10 +1605,10 @@ def _peek_id(payload, limits):
 
 
 def _default_workers():
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover
-        return max(1, os.cpu_count() or 1)
+    """One worker per core this process may use: its CPU affinity set, lowered to its
+    cgroup's CPU quota (a container's --cpus), as the C calls count them."""
+    from bpe_cffi._native import lib
+    return lib.bpe_cores_available()
 
 
 def serve(tokenizers, bind, workers=None, limits=None, curve_secret_key=None,
