@@ -90,6 +90,11 @@ int bpe_cores_available(void);
  * cgroup files): the tests' made-up file trees.  Never fails otherwise. */
 int bpe_cgroup_cpu_limit(const char *prefix);
 
+/* Gives the heap's free memory back to the operating system (glibc: malloc_trim(0), see
+ * trim.c); 1 when some was, 0 when none was or this C library cannot.  Never fails; safe
+ * while other threads run, but its time grows with the heap: for quiet moments. */
+int bpe_heap_trim(void);
+
 /* ---- the tokenizer ------------------------------------------------------------------ */
 
 /* Which pair merges first. */

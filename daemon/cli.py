@@ -40,6 +40,11 @@ def configure(p):
                    help="directory of client public certificates allowed to connect")
     p.add_argument("--drain-timeout", type=float, default=10.0,
                    help="seconds to answer in-flight requests after SIGTERM (default 10)")
+    p.add_argument("--heap-trim-mb", type=float, default=None, metavar="MB",
+                   help="once this many MB of requests have come in and the daemon has been "
+                        "idle for a second, give the memory it freed back to the system, so "
+                        "that a burst of big batches does not leave it at its peak size "
+                        "(default 16; 0: never)")
     defaults = P.Limits()
     for flag, field, kind, metavar, _least, help_ in LIMIT_FLAGS:
         default = getattr(defaults, field)
@@ -131,11 +136,13 @@ def resolve_loader(spec):
 def check_limits(args):
     """ValueError for option values with which the daemon could not serve (every request
     busy or too large, streams dropped at once), before anything is loaded."""
-    for flag, least in [("--workers", 1), ("--drain-timeout", 0)] + \
+    for flag, least in [("--workers", 1), ("--drain-timeout", 0), ("--heap-trim-mb", 0)] + \
             [(f[0], f[4]) for f in LIMIT_FLAGS]:
         value = _flag_value(args, flag)
         if value is not None and not value >= least:
             raise ValueError(f"{flag} must be at least {least:g}, not {value:g}")
+    if args.heap_trim_mb is not None and args.heap_trim_mb == float("inf"):
+        raise ValueError("--heap-trim-mb must be a number of MB (0 for never), not inf")
 
 
 def run(args):
@@ -147,6 +154,9 @@ def run(args):
     lim = {field: _flag_value(args, flag) for flag, field, *_ in LIMIT_FLAGS
            if _flag_value(args, flag) is not None}
 
+    trim = {} if args.heap_trim_mb is None else \
+        {"heap_trim_bytes": int(args.heap_trim_mb * (1 << 20))}
+
     def ready(endpoint):
         sys.stdout.write(endpoint + "\n")
         sys.stdout.flush()
@@ -156,7 +166,7 @@ def run(args):
         return serve(toks, args.bind, workers=args.workers, limits=P.Limits(**lim),
                      curve_secret_key=args.curve_secret_key,
                      curve_authorized_keys=args.curve_authorized_keys,
-                     drain_timeout=args.drain_timeout, ready=ready)
+                     drain_timeout=args.drain_timeout, ready=ready, **trim)
     except zmq.ZMQError as exc:       # an address in use, a bad endpoint: one line, no trace
         raise OSError(exc.errno, f"{args.bind}: {exc}") from None
 

@@ -3,6 +3,7 @@ encode of the same text by the same tokenizer files."""
 import asyncio
 import random
 import threading
+import time
 
 import msgpack
 import pytest
@@ -605,6 +606,9 @@ def test_cli_registers_serve():
     (["--max-inflight", "0"], "--max-inflight must be at least 1"),
     (["--max-text-bytes", "-5"], "--max-text-bytes must be at least 1"),
     (["--stream-idle", "-1"], "--stream-idle must be at least"),
+    (["--heap-trim-mb", "-1"], "--heap-trim-mb must be at least 0"),
+    (["--heap-trim-mb", "nan"], "--heap-trim-mb must be at least 0"),
+    (["--heap-trim-mb", "inf"], "--heap-trim-mb must be a number of MB"),
     (["--loader", "no_such_module:load"], "No module named"),
 ])
 def test_serve_errors_are_one_line(daemon, paths, extra, message):
@@ -810,3 +814,56 @@ def test_async_client_survives_an_unreadable_reply():
     finally:
         t.join()
         router.close()
+
+
+def _burst(endpoint, texts, clients=4):
+    """clients threads, each sending all of texts in one encode_batch at once."""
+    errors = []
+
+    def run():
+        try:
+            with Client(endpoint, timeout=60) as c:
+                c.encode_batch(texts)
+        except Exception as exc:       # noqa: BLE001 - reported by the assert below
+            errors.append(exc)
+    threads = [threading.Thread(target=run) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and not any(t.is_alive() for t in threads), errors
+
+
+def _wait_for_trims(endpoint, least, seconds):
+    end = time.monotonic() + seconds
+    with Client(endpoint) as c:
+        while True:
+            # a stats request is traffic too, but far less than the daemon's quiet limit
+            trims = c.stats()["heap_trims"]
+            if trims >= least or time.monotonic() > end:
+                return trims
+            time.sleep(0.5)
+
+
+def test_quiet_daemon_gives_freed_memory_back(paths):
+    """After a burst of big batches the daemon, once idle for a second, returns the memory it
+    freed to the system (--heap-trim-mb): its resident size falls well below what the burst
+    left; with --heap-trim-mb 0 it never trims."""
+    texts = corpus_texts(1500, seed=7, max_len=4000)       # ~3 MB a batch
+    d = Daemon({"cl100k": paths["cl100k"]}, "--heap-trim-mb", 1, workers=2)
+    try:
+        _burst(d.endpoint, texts)
+        after_burst = d.rss_kb()
+        assert _wait_for_trims(d.endpoint, 1, 20) >= 1
+        after_trim = d.rss_kb()
+        print(f"daemon RSS after the burst / once trimmed: {after_burst} / {after_trim} kB")
+        assert after_trim < after_burst - 20_000, (after_burst, after_trim)
+    finally:
+        d.stop()
+    d = Daemon({"cl100k": paths["cl100k"]}, "--heap-trim-mb", 0, workers=2)
+    try:
+        _burst(d.endpoint, texts)
+        time.sleep(2.5)
+        assert _wait_for_trims(d.endpoint, 1, 0) == 0
+    finally:
+        d.stop()
