@@ -20,15 +20,14 @@
  * cpu.cfs_period_us.  Anything missing or unreadable means no quota: the affinity count
  * stands, as before this file existed.
  *
- * The quota is looked up once per process (pthread_once) and kept: it is read-only after
- * that, so no lock is needed, and a forked child inherits the same answer.  A quota changed
- * while the process runs is not seen.  bpe_cgroup_cpu_limit does the lookup under a
+ * The quota is looked up on the first call and kept (see cgroup_limit: no lock, so fork()
+ * cannot leave one held; a forked child inherits the answer).  A quota changed while the
+ * process runs is not seen.  bpe_cgroup_cpu_limit does the lookup under a
  * directory prefix, which is how the tests give it made-up /proc and cgroup files.
  */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE       /* sched_getaffinity, CPU_COUNT */
 #endif
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,17 +277,25 @@ int bpe_cgroup_cpu_limit(const char *prefix)
     return limit;
 }
 
-static int process_limit;             /* bpe_cgroup_cpu_limit(""), set once */
-static pthread_once_t process_limit_once = PTHREAD_ONCE_INIT;
+/* bpe_cgroup_cpu_limit(""), or -1 before it is known.  Threads that find it unknown each look
+ * it up and store the same answer (atomically): no lock, so nothing a fork() made while a
+ * thread held it could leave locked in the child. */
+static int process_limit = -1;
 
-static void find_process_limit(void)
+static int cgroup_limit(void)
 {
-    process_limit = bpe_cgroup_cpu_limit("");
+    int limit = __atomic_load_n(&process_limit, __ATOMIC_RELAXED);
+    if (limit < 0) {
+        limit = bpe_cgroup_cpu_limit("");
+        __atomic_store_n(&process_limit, limit, __ATOMIC_RELAXED);
+    }
+    return limit;
 }
 
 int bpe_cores_available(void)
 {
     long n = 0;
+    int limit;
 #if defined(__linux__)
     cpu_set_t set;                       /* taskset / a container's cpuset, where set */
     if (sched_getaffinity(0, sizeof set, &set) == 0)
@@ -298,8 +305,8 @@ int bpe_cores_available(void)
         n = sysconf(_SC_NPROCESSORS_ONLN);
     if (n < 1)
         n = 1;
-    pthread_once(&process_limit_once, find_process_limit);
-    if (process_limit > 0 && process_limit < n)
-        n = process_limit;
+    limit = cgroup_limit();
+    if (limit > 0 && limit < n)
+        n = limit;
     return n > BPE_MAX_THREADS ? BPE_MAX_THREADS : (int)n;
 }
