@@ -1222,9 +1222,9 @@ class Tokenizer(TiktokenMethods):
     def encode_batch(self, texts, *, num_threads=None, allowed_special="all",
                      disallowed_special=()) -> list:
         """[encode(t) for t in texts], computed by C on up to num_threads threads (None: one
-        per core the process may use, within its cgroup CPU quota).  Each text is encoded by
-        one thread: a batch of fewer large texts than threads leaves threads idle (one very
-        large text: encode_file cuts it into parallel chunks)."""
+        per core the process may use, within its cgroup CPU quota).  A text of 1 MiB or more
+        is cut into parts that the threads share (where cutting cannot change its ids), so a
+        batch of a few large texts, or of one, uses them all too."""
         if isinstance(texts, str):
             raise TypeError("encode_batch takes a list of str, not a str")
         texts = list(texts)

@@ -36,6 +36,16 @@
  * process whose heap other libraries had left fragmented, the reallocations of the calling
  * thread's group buffers had taken ~5% of a batch's time).
  *
+ * Cut texts.  When the job has worker threads, a text of at least SPLIT_BYTES is cut into
+ * parts of about PART_BYTES where cutting cannot change its ids (bpe_text_cuts, batch_cut.c),
+ * so that a batch of a few large texts still uses every thread.  It becomes a join group
+ * (never claimed) followed by one group per part, each encoding its code units [begin, end)
+ * of the text (converted to UTF-8 by its encoder, as a whole text is).  A published part is
+ * kept in its group; the encoder that publishes the last one concatenates the parts' ids
+ * into the join's buffers (a copy of 4 bytes an id, on that worker) and publishes the join,
+ * which the caller gets as the group of that one text.  A failing part fails its join at
+ * once, naming the text.  Parts are never in finished[].
+ *
  * Invariants:
  *   - a group is published once: under `lock`, only while it is not yet DONE or FAILED; the
  *     publisher moves its buffers in, the group's state becomes DONE or FAILED, its index is
@@ -62,6 +72,8 @@
 #include "utf8.h"
 
 #define GROUP_BYTES (64 * 1024)
+#define SPLIT_BYTES (1024 * 1024)  /* a text this large is cut into parts (with workers) */
+#define PART_BYTES (512 * 1024)    /* the size the parts of a cut text aim at */
 #define MIN_BYTES_PER_WORKER (64 * 1024)
 #define SOLO_BYTES (1024 * 1024)   /* encoded per bpe_batch_next when there is no worker */
 
@@ -87,6 +99,11 @@ typedef struct group {
     int rc;            /* error code when FAILED */
     size_t bad;        /* index of the failing text when FAILED */
     outbuf out;        /* its ids (once published) */
+    /* A cut text (see "Cut texts" above) is a join group followed by its parts. */
+    int is_join;       /* 1: never claimed; published once its parts are joined */
+    size_t parts_left; /* a join: parts not yet published (under job->lock) */
+    size_t join;       /* a part: the index of its join group; NONE for any other group */
+    size_t begin, end; /* a part: code units [begin, end) of text `first` */
 } group;
 
 struct bpe_batch_job {
@@ -99,6 +116,7 @@ struct bpe_batch_job {
     const uint8_t *mode;         /* special_mode */
     size_t total_size;           /* the sum of text_size over the texts */
     size_t n_groups;
+    size_t n_results;            /* groups the caller gets: all but the parts */
     group *groups;
     size_t next_claim;           /* next group index to claim (atomic) */
     int stop;                    /* nonzero: claim nothing more (atomic) */
@@ -178,29 +196,80 @@ static void give_outbuf(bpe_batch_job *job, outbuf *b)
         free_outbuf(b);
 }
 
+/* Marks group g published with rc, lists it in finished[] and wakes the caller.  Under the
+ * lock. */
+static void finish_locked(bpe_batch_job *job, group *g, int rc, size_t bad)
+{
+    size_t index = (size_t)(g - job->groups);
+    g->rc = rc;
+    g->bad = bad;
+    g->state = rc == BPE_OK ? DONE : FAILED;
+    job->finished[job->n_finished++] = index;
+    if (rc != BPE_OK && (job->first_failed == NONE || index < job->first_failed))
+        job->first_failed = index;
+    pthread_cond_broadcast(&job->changed);
+}
+
+/* Publishes join group j once all its parts are: their ids end to end in new buffers (the
+ * parts' go to the spares).  Called by the encoder that published the last part, without
+ * the lock: published parts are no longer written by anyone. */
+static void join_parts(bpe_batch_job *job, group *j)
+{
+    size_t index = (size_t)(j - job->groups), k, total = 0;
+    outbuf out;
+    int rc = take_outbuf(job, 1, &out);
+    for (k = index + 1; k < job->n_groups && job->groups[k].join == index; k++)
+        total += job->groups[k].out.ids.len;
+    if (rc == BPE_OK)
+        rc = bpe_ids_reserve(&out.ids, total);
+    for (k = index + 1; k < job->n_groups && job->groups[k].join == index; k++) {
+        bpe_ids *part = &job->groups[k].out.ids;
+        if (rc == BPE_OK) {
+            memcpy(out.ids.ids + out.ids.len, part->ids, part->len * sizeof *part->ids);
+            out.ids.len += part->len;
+        }
+        give_outbuf(job, &job->groups[k].out);
+    }
+    if (rc == BPE_OK)
+        out.id_ends[0] = out.ids.len;
+    pthread_mutex_lock(&job->lock);
+    j->out = out;
+    finish_locked(job, j, rc, j->first);
+    pthread_mutex_unlock(&job->lock);
+    if (rc != BPE_OK)
+        __atomic_store_n(&job->stop, 1, __ATOMIC_RELEASE);
+}
+
 /* Publishes an encoding of group g (see the invariants), or gives its buffers back if g
- * already was. */
+ * already was.  A part is kept in its group (its join fails at once if it did), and the
+ * last part to be published has its join published (join_parts). */
 static void publish(bpe_batch_job *job, group *g, outbuf *out, int rc, size_t bad)
 {
-    int won;
+    int won, join_ready = 0;
     pthread_mutex_lock(&job->lock);
     won = g->state == RUNNING;
     if (won) {
-        size_t index = (size_t)(g - job->groups);
         g->out = *out;
-        g->rc = rc;
-        g->bad = bad;
-        g->state = rc == BPE_OK ? DONE : FAILED;
-        job->finished[job->n_finished++] = index;
-        if (rc != BPE_OK && (job->first_failed == NONE || index < job->first_failed))
-            job->first_failed = index;
-        pthread_cond_broadcast(&job->changed);
+        if (g->join == NONE) {
+            finish_locked(job, g, rc, bad);
+        } else {
+            group *j = &job->groups[g->join];
+            g->rc = rc;
+            g->bad = bad;
+            g->state = rc == BPE_OK ? DONE : FAILED;    /* not in finished[]: see above */
+            if (j->state == RUNNING && rc != BPE_OK)
+                finish_locked(job, j, rc, bad);
+            else if (j->state == RUNNING)
+                join_ready = --j->parts_left == 0;
+        }
     }
     pthread_mutex_unlock(&job->lock);
     if (!won)
         give_outbuf(job, out);
     if (rc != BPE_OK)
         __atomic_store_n(&job->stop, 1, __ATOMIC_RELEASE);
+    if (join_ready)
+        join_parts(job, &job->groups[g->join]);
 }
 
 /* The first byte of text i, which starts at offset `start` of the texts laid end to end. */
@@ -215,14 +284,22 @@ static int text_kind(const bpe_batch_job *job, size_t i)
     return job->kinds != NULL ? job->kinds[i] : BPE_TEXT_UTF8;
 }
 
-/* Points *text and *len at the UTF-8 of text i, which starts at `start`: where it lies, or
- * written into *scratch (emptied first) from another storage kind. */
-static int text_utf8(const bpe_batch_job *job, size_t i, size_t start, bpe_bytes *scratch,
-                     const uint8_t **text, size_t *len)
+/* Bytes per code unit of a storage kind. */
+static size_t unit_width(int kind)
+{
+    return kind == BPE_TEXT_UTF8 ? 1 : (size_t)kind;
+}
+
+/* Points *text and *len at the UTF-8 of code units [begin, end) of text i (end NONE: to its
+ * end): where they lie, or written into *scratch (emptied first) from another storage
+ * kind. */
+static int text_utf8(const bpe_batch_job *job, size_t i, size_t begin, size_t end,
+                     bpe_bytes *scratch, const uint8_t **text, size_t *len)
 {
     int kind = text_kind(job, i), rc;
-    *text = text_at(job, i, start);
-    *len = job->ends[i] - start;
+    size_t start = text_start(job, i);
+    *text = text_at(job, i, start) + begin * unit_width(kind);
+    *len = (end == NONE ? job->ends[i] - start : end) - begin;
     if (kind == BPE_TEXT_UTF8)
         return BPE_OK;
     scratch->len = 0;
@@ -243,7 +320,8 @@ static void encode_group(bpe_batch_job *job, bpe_work *w, bpe_bytes *scratch, gr
     for (k = 0; k < g->count && rc == BPE_OK; k++) {
         size_t i = g->first + k, len;
         const uint8_t *text;
-        rc = text_utf8(job, i, text_start(job, i), scratch, &text, &len);
+        rc = g->join == NONE ? text_utf8(job, i, 0, NONE, scratch, &text, &len)
+                             : text_utf8(job, i, g->begin, g->end, scratch, &text, &len);
         if (rc == BPE_OK && len)
             rc = bpe_encode_work(job->tok, w, text, len, job->mode, &out.ids, &info,
                                  &job->cancel);
@@ -258,9 +336,11 @@ static void encode_group(bpe_batch_job *job, bpe_work *w, bpe_bytes *scratch, gr
 static group *claim(bpe_batch_job *job)
 {
     size_t c;
-    if (__atomic_load_n(&job->stop, __ATOMIC_ACQUIRE))
-        return NULL;
-    c = __atomic_fetch_add(&job->next_claim, 1, __ATOMIC_RELAXED);
+    do {
+        if (__atomic_load_n(&job->stop, __ATOMIC_ACQUIRE))
+            return NULL;
+        c = __atomic_fetch_add(&job->next_claim, 1, __ATOMIC_RELAXED);
+    } while (c < job->n_groups && job->groups[c].is_join);
     return c < job->n_groups ? &job->groups[c] : NULL;
 }
 
@@ -291,40 +371,106 @@ static int kind_ok(const bpe_batch_job *job, size_t i)
            (uintptr_t)job->starts[i] % (uintptr_t)kind == 0;
 }
 
-/* Adds text i (of n) to the group being cut, whose size so far is *size: 1 if it closes the
- * group (GROUP_BYTES reached, or the last text), *size then starting again from 0. */
-static int closes_group(const bpe_batch_job *job, size_t i, size_t n, size_t *size)
+/* The size a group counts for (text_size of its texts, or of its part's units). */
+static size_t group_size(const bpe_batch_job *job, const group *g)
 {
-    *size += text_size(job, i);
-    if (*size < GROUP_BYTES && i + 1 < n)
-        return 0;
-    *size = 0;
-    return 1;
+    size_t i, size = 0;
+    if (g->join != NONE)
+        return (g->end - g->begin) * unit_width(text_kind(job, g->first));
+    for (i = g->first; i < g->first + g->count; i++)
+        size += text_size(job, i);
+    return size;
 }
 
-/* Cuts the texts into groups of about GROUP_BYTES and sets job->total_size; BPE_ERR_ARG on
- * decreasing ends or a bad kind. */
-static int make_groups(bpe_batch_job *job, size_t n)
+/* Appends a zeroed group whose first text is i to job->groups (room for *cap, grown as
+ * needed); NULL when it cannot grow.  Pointers into the groups do not survive this call. */
+static group *push_group(bpe_batch_job *job, size_t *cap, size_t i)
 {
-    size_t i, n_groups = 0, size = 0;
+    group *g;
+    if (job->n_groups == *cap) {
+        size_t more = *cap ? 2 * *cap : 16;
+        group *grown = realloc(job->groups, more * sizeof *grown);
+        if (grown == NULL)
+            return NULL;
+        job->groups = grown;
+        *cap = more;
+    }
+    g = &job->groups[job->n_groups++];
+    memset(g, 0, sizeof *g);
+    g->first = i;
+    g->join = NONE;
+    return g;
+}
+
+/* Adds text i as a join group and its parts (see "Cut texts") when cuts are found in it: 1
+ * if it did, 0 if the text stays whole, -1 when memory ran out. */
+static int cut_text(bpe_batch_job *job, size_t i, size_t *cap, bpe_bytes *scratch)
+{
+    int kind = text_kind(job, i);
+    size_t start = text_start(job, i), n = job->ends[i] - start, join = job->n_groups, k;
+    size_t part_units = PART_BYTES / unit_width(kind), max_cuts = n / part_units + 1, n_cuts;
+    size_t *cuts = malloc(max_cuts * sizeof *cuts);
+    group *g;
+    if (cuts == NULL)
+        return -1;
+    n_cuts = bpe_text_cuts(job->tok, text_at(job, i, start), n, kind, job->mode, part_units,
+                           cuts, max_cuts, scratch);
+    if (n_cuts > 0 && (g = push_group(job, cap, i)) != NULL) {
+        g->count = 1;
+        g->is_join = 1;
+        g->parts_left = n_cuts + 1;
+        for (k = 0; k <= n_cuts && (g = push_group(job, cap, i)) != NULL; k++) {
+            g->count = 1;
+            g->join = join;
+            g->begin = k ? cuts[k - 1] : 0;
+            g->end = k < n_cuts ? cuts[k] : n;
+        }
+    }
+    free(cuts);
+    if (n_cuts == 0)
+        return 0;
+    return job->n_groups == join + n_cuts + 2 ? 1 : -1;
+}
+
+/* Cuts the texts into groups of consecutive whole texts of about GROUP_BYTES, or, with
+ * cut_large, a large text into parts (cut_text); sets job->total_size, job->n_results and
+ * finished[].  BPE_ERR_ARG on decreasing ends or a bad kind. */
+static int make_groups(bpe_batch_job *job, size_t n, int cut_large)
+{
+    size_t i, cap = 0, size = 0, open = NONE;
+    bpe_bytes scratch = {0};
+    int cut = 0;
     for (i = 0; i < n; i++) {
         if (job->ends[i] < text_start(job, i) || !kind_ok(job, i))
             return BPE_ERR_ARG;
         job->total_size += text_size(job, i);
-        n_groups += closes_group(job, i, n, &size);
     }
-    job->groups = calloc(n_groups, sizeof *job->groups);
-    job->finished = malloc(n_groups * sizeof *job->finished);
-    if (job->groups == NULL || job->finished == NULL)
-        return BPE_ERR_NOMEM;
-    job->n_groups = n_groups;
-    n_groups = 0;
     for (i = 0; i < n; i++) {
-        group *g = &job->groups[n_groups];
-        if (g->count++ == 0)
-            g->first = i;
-        n_groups += closes_group(job, i, n, &size);
+        if (cut_large && text_size(job, i) >= SPLIT_BYTES &&
+            (cut = cut_text(job, i, &cap, &scratch)) != 0) {
+            open = NONE;                /* the group before it is closed */
+            size = 0;
+            if (cut < 0)
+                break;
+            continue;
+        }
+        if (open == NONE) {
+            if (push_group(job, &cap, i) == NULL)
+                break;
+            open = job->n_groups - 1;
+        }
+        job->groups[open].count++;
+        size += text_size(job, i);
+        if (size >= GROUP_BYTES) {
+            open = NONE;
+            size = 0;
+        }
     }
+    bpe_bytes_free(&scratch);
+    if (i < n || (job->finished = malloc(job->n_groups * sizeof *job->finished)) == NULL)
+        return BPE_ERR_NOMEM;
+    for (i = 0; i < job->n_groups; i++)
+        job->n_results += job->groups[i].join == NONE;
     return BPE_OK;
 }
 
@@ -381,7 +527,8 @@ int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
     pthread_mutex_init(&job->lock, NULL);
     pthread_cond_init(&job->changed, NULL);
     bpe_work_open(tok, &job->caller_work);
-    if (n && (rc = make_groups(job, n)) != BPE_OK) {
+    /* large texts are cut only when there are threads to share them */
+    if (n && (rc = make_groups(job, n, bpe_thread_count(n_threads, (size_t)-1) > 1)) != BPE_OK) {
         bpe_batch_finish(job);
         return rc;
     }
@@ -400,7 +547,7 @@ static group *steal_candidate(bpe_batch_job *job)
         claimed = job->n_groups;
     for (i = 0; i < claimed; i++) {
         group *g = &job->groups[i];
-        if (g->state == RUNNING && !g->stolen)
+        if (g->state == RUNNING && !g->stolen && !g->is_join)
             return g;
     }
     return NULL;
@@ -446,8 +593,7 @@ static void help_or_wait(bpe_batch_job *job)
         encode_group(job, &job->caller_work, &job->caller_scratch, g);
         if (job->n_workers > 0 || g->state == FAILED)
             return;
-        for (size_t i = g->first; i < g->first + g->count; i++)
-            done += text_size(job, i);
+        done += group_size(job, g);
         if (done >= SOLO_BYTES || (g = claim(job)) == NULL)
             return;
     }
@@ -482,7 +628,7 @@ static int take(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t
         job->last_out = (size_t)(g - job->groups);
         return BPE_OK;
     }
-    if (failed == NONE && job->next_out == job->n_groups)
+    if (failed == NONE && job->next_out == job->n_results)
         job->ended = 1;                      /* every group returned */
     else
         *pending = 1;

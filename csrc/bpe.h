@@ -227,7 +227,9 @@ int bpe_encode_batch_flat(const bpe_tokenizer *tok, size_t n, const uint8_t *dat
  * a high surrogate followed by a low one is the character they make in UTF-16, any other
  * surrogate is U+FFFD, as bpe_cffi's Python layer and tiktoken encode a str; a code point
  * above U+10FFFF fails the text with BPE_ERR_TEXT).  Whatever is given must stay alive and
- * unchanged until bpe_batch_finish.  Each bpe_batch_next returns a finished group, in the
+ * unchanged until bpe_batch_finish.  With worker threads, a text of 1 MiB or more is cut
+ * into parts that the threads share (bpe_text_cuts, below), and returned as its own group once
+ * they are all encoded.  Each bpe_batch_next returns a finished group, in the
  * order groups finish (NOT input order: place them by *first): its
  * texts first .. first + count - 1, their ids back to back in *ids, and the end of each
  * text's ids in *id_ends (count entries); *count is 0 once every group was returned.  While
@@ -250,6 +252,16 @@ int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
 int bpe_batch_next(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
                    const size_t **id_ends, size_t *info);
 void bpe_batch_finish(bpe_batch_job *job);
+
+/* Where a text of n code units of `kind` (BPE_TEXT_*) may be cut into parts of about
+ * part_units units, such that the parts encoded separately under special_mode give the ids
+ * of the whole text (batch_cut.c says why): writes at most max_cuts unit offsets, increasing,
+ * each in (0, n), to cuts and returns how many (0: none found; then the text is encoded
+ * whole).  scratch holds UTF-8 windows (grown as needed; the caller frees it with
+ * bpe_bytes_free).  Never fails.  bpe_batch_start uses it; exported for tests. */
+size_t bpe_text_cuts(const bpe_tokenizer *tok, const uint8_t *units, size_t n, int kind,
+                     const uint8_t *special_mode, size_t part_units, size_t *cuts,
+                     size_t max_cuts, bpe_bytes *scratch);
 
 /* bpe_batch_next without waiting or encoding: a group already finished, the error or the
  * end as bpe_batch_next would return them, or BPE_BATCH_PENDING (*count 0) when nothing is

@@ -11,7 +11,8 @@
 #   1. LeakSanitizer-clean check of the C core alone: compiles csrc/*.c together with a small C
 #      driver (below) with -fsanitize=address,undefined and runs it with detect_leaks=1.  The
 #      driver builds tokenizers (both rules, special tokens), encodes (single, prefix, pieces,
-#      batch on 3 threads, file on 2 threads), decodes, hits the error paths and frees it all.
+#      batch on 3 threads, one large text cut into parts, file on 2 threads), decodes, hits the
+#      error paths and frees it all.
 #   2. Rebuilds the CFFI extension in place with BPE_CFFI_SANITIZE=1 (see build_ffi.py) and
 #      runs pytest with the ASan runtime preloaded into Python (LD_PRELOAD), leak detection off
 #      there (CPython's own allocations are noisy), every UBSan finding fatal.
@@ -118,7 +119,7 @@ static int run(int rule)
     for (i = 0; i < 3; i++) bpe_ids_free(&outs[i]);
     mode[0] = BPE_SPECIAL_ALLOWED;
     {   /* the collected batch: whole, finished early, and failing in the middle */
-        size_t n = 20000, tl = strlen(text), k, first, count, total = 0;
+        size_t n = 30000, tl = strlen(text), k, first, count, total = 0, one_end;
         uint8_t *joined = malloc(n * tl);
         size_t *ends = malloc(n * sizeof *ends);
         const uint32_t *ids;
@@ -142,6 +143,35 @@ static int run(int rule)
         while (bpe_batch_next(job, &first, &count, &ids, &id_ends, &info) == BPE_OK && count)
             ;
         CHECK(info == 0);
+        bpe_batch_finish(job);
+        mode[0] = BPE_SPECIAL_ALLOWED;
+        /* ONE text of 1.35 MB (prose-like, a special token every ~1 KB): cut into parts,
+         * joined, returned once; then finished early, and failing */
+        for (k = 0; k < n * tl; k++)
+            joined[k] = (uint8_t)("hello world, aaaa bc. "[k % 22]);
+        for (k = 1000; k + 7 < n * tl; k += 1013)
+            memcpy(joined + k, "<|end|>", 7);
+        joined[5000] = 0xff;
+        one_end = n * tl;
+        {
+            size_t cuts[8];
+            bpe_bytes window = {0};
+            CHECK(bpe_text_cuts(tok, joined, one_end, BPE_TEXT_UTF8, mode, 512 * 1024, cuts, 8,
+                                &window) >= 1);
+            bpe_bytes_free(&window);
+        }
+        CHECK(bpe_batch_start(tok, 1, joined, NULL, &one_end, NULL, mode, 3, &job) == BPE_OK);
+        total = 0;
+        while (bpe_batch_next(job, &first, &count, &ids, &id_ends, &info) == BPE_OK && count)
+            total += count;
+        CHECK(total == 1);
+        bpe_batch_finish(job);
+        CHECK(bpe_batch_start(tok, 1, joined, NULL, &one_end, NULL, mode, 3, &job) == BPE_OK);
+        bpe_batch_finish(job);                     /* parts still running */
+        mode[0] = BPE_SPECIAL_DISALLOWED;
+        CHECK(bpe_batch_start(tok, 1, joined, NULL, &one_end, NULL, mode, 3, &job) == BPE_OK);
+        CHECK(bpe_batch_next(job, &first, &count, &ids, &id_ends, &info) ==
+              BPE_ERR_DISALLOWED && info == 0);
         bpe_batch_finish(job);
         mode[0] = BPE_SPECIAL_ALLOWED;
         free(ends);
