@@ -190,3 +190,36 @@ def test_text_cuts_refuses_bad_arguments():
     assert lib.bpe_text_cuts(tok._handle(), data, len(data), 0, ffi.NULL, 1000, cuts, 5,
                              scratch) == 5        # no more than max_cuts
     lib.bpe_bytes_free(scratch)
+
+
+@pytest.mark.parametrize("vocab", VOCABS)
+def test_cuts_of_random_mixed_text(vocab):
+    """Text mixing characters of every class the patterns tell apart (letters of many
+    scripts and cases, marks, digits, every Unicode space, \\r, \\n, apostrophes, contractions,
+    punctuation, emoji) and special tokens, cut into parts of 20-300 units: tiktoken's ids of
+    the parts end to end are its ids of the whole, for the UTF-8 and the code units alike."""
+    from test_pretok import random_text
+    tok, enc = ours(vocab), reference(vocab)
+    mode = all_mode(tok)
+    n_cut = 0
+    for seed in range(400 if LONG else 25):
+        rng = random.Random(seed)
+        pieces = []
+        for _ in range(40):
+            pieces.append(random_text(rng, rng.randrange(1, 120)))
+            if rng.random() < 0.5:
+                pieces.append(rng.choice(SPECIALS[vocab]))
+        text = "".join(pieces)
+        whole = enc.encode(text, allowed_special="all")
+        data = text.encode("utf-8")
+        units, kind = units_of(text)
+        for stored, k, n in [(data, lib.BPE_TEXT_UTF8, len(data)), (units, kind, len(text))]:
+            cuts = text_cuts(tok, stored, n, k, mode, rng.randrange(20, 300))
+            n_cut += len(cuts)
+            bounds = [0] + cuts + [n]
+            ids = []
+            for a, b in zip(bounds, bounds[1:]):
+                side = data[a:b].decode("utf-8") if k == lib.BPE_TEXT_UTF8 else text[a:b]
+                ids += enc.encode(side, allowed_special="all")
+            assert ids == whole, (vocab, seed, k, cuts)
+    assert n_cut > 100          # the texts do get cut
