@@ -19,6 +19,7 @@ raise ValueError); otherwise it is freed when the object is garbage collected (f
 """
 import errno
 import gc
+import io
 import itertools
 import operator
 import os
@@ -271,6 +272,32 @@ class _Counted:
                 self.bar.update(min(self.done, self.total) if self.total else self.done,
                                 self.total)
             yield chunk
+
+
+_FILE_BLOCK = 1 << 15   # characters read at a time from a regular text file (encode_iterable):
+# small enough that a block, its UTF-8 and its ids stay below malloc's mmap threshold (CS336's
+# test allows 1 MB over the resident size, less than the address space already mapped, so no
+# new mapping may be made), large enough that the per-chunk Python costs under 2% (32K: 44
+# MB/s on 40 MB of English, 1M: 48, 8K: 42)
+
+
+def _file_blocks(iterable):
+    """A regular text file (seekable: not a pipe, terminal or socket) as blocks of
+    _FILE_BLOCK characters instead of its lines: the same text (read() and iteration apply
+    the same newline translation), in far fewer chunks.  Each chunk costs a few microseconds
+    of Python around the C call, so a file of short lines (40 MB of English books, 52
+    characters a line) went through encode_iterable at ~17 MB/s, and at ~44 MB/s in blocks.  A
+    stream that is not seekable keeps its lines, so ids still come out as text arrives.
+    Anything else is returned as it is."""
+    if not isinstance(iterable, io.TextIOBase):
+        return iterable
+    try:
+        seekable = iterable.seekable()
+    except (OSError, ValueError):   # closed, or a wrapper that cannot tell
+        seekable = False
+    if not seekable:
+        return iterable
+    return iter(lambda: iterable.read(_FILE_BLOCK), "")
 
 
 def _pairs_kept_whole(iterable):
@@ -1084,7 +1111,8 @@ class Tokenizer(TiktokenMethods):
 
     def encode_iterable(self, iterable):
         """Yield the ids of the concatenation of the strings of `iterable` (e.g. an open text
-        file), lazily, holding only about one chunk in memory.  The ids equal
+        file, which is read in blocks of 32 Ki characters rather than by lines when it is a
+        regular file), lazily, holding only about one chunk in memory.  The ids equal
         encode("".join(iterable)) even where a chunk boundary cuts a piece or special token:
         always with the built-in patterns; with a regex pattern, for a regex whose pieces
         depend on at most the next piece (the GPT-style ones) - one with a lookbehind, \\b, or
@@ -1093,7 +1121,7 @@ class Tokenizer(TiktokenMethods):
         if isinstance(iterable, str):
             iterable = (iterable,)
         self._refuse_components("encode_iterable")
-        iterable = _pairs_kept_whole(iterable)
+        iterable = _pairs_kept_whole(_file_blocks(iterable))
         if self._cpattern == 0:
             return self._iter_py(iterable)
         if self._added is not None:
