@@ -1111,8 +1111,8 @@ class Tokenizer(TiktokenMethods):
 
     def encode_iterable(self, iterable):
         """Yield the ids of the concatenation of the strings of `iterable` (e.g. an open text
-        file, which is read in blocks of 32 Ki characters rather than by lines when it is a
-        regular file), lazily, holding only about one chunk in memory.  The ids equal
+        file; with a built-in pattern a regular file is read in blocks of 32 Ki characters
+        rather than by lines), lazily, holding only about one chunk in memory.  The ids equal
         encode("".join(iterable)) even where a chunk boundary cuts a piece or special token:
         always with the built-in patterns; with a regex pattern, for a regex whose pieces
         depend on at most the next piece (the GPT-style ones) - one with a lookbehind, \\b, or
@@ -1121,9 +1121,9 @@ class Tokenizer(TiktokenMethods):
         if isinstance(iterable, str):
             iterable = (iterable,)
         self._refuse_components("encode_iterable")
+        if self._cpattern == 0:     # a regex pattern: a file keeps its line ends as cuts
+            return self._iter_py(_pairs_kept_whole(iterable))
         iterable = _pairs_kept_whole(_file_blocks(iterable))
-        if self._cpattern == 0:
-            return self._iter_py(iterable)
         if self._added is not None:
             return self._iter_added(iterable)
         return self._iter_c(iterable)
