@@ -9,12 +9,19 @@ Encode the UTF-8 text file INPUT into OUT, a flat array of little-endian token i
 
     ids = numpy.fromfile("OUT.bin", dtype=numpy.uint16)
 
-Bytes of INPUT that are not valid UTF-8 are read as U+FFFD.  Special tokens of the tokenizer
+INPUT "-" reads standard input and "-o -" writes standard output, so the command can sit in
+a pipeline:
+
+    xzcat corpus.txt.xz | bpe-cffi encode --tokenizer tok.json - -o - | ...
+
+(standard output must not be a terminal; a file given by `>` or `>>` is written from where it
+stands, as any command's output is).  Bytes of INPUT that are not valid UTF-8 are read as
+U+FFFD.  Special tokens of the tokenizer
 (e.g. <|endoftext|>) found in the text are encoded as their ids: those a tokenizer.json
 lists, the known ones of the standard .tiktoken files, and those given with
 --special-token (needed for a GPT-2 vocab.json, whose format has no place for them, and for
 a .tiktoken file written by `bpe-cffi train`).  Ctrl-C or SIGTERM stops the job and
-removes the partial output.
+removes the partial output (standard output keeps what was written).
 
 --tokenizer accepts any file `bpe_cffi.load` reads: a tokenizer.json (as written by
 Tokenizer.save), a GPT-2 vocab.json (merges.txt is looked for beside it), or a .tiktoken file
@@ -27,9 +34,11 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "encode", help="encode a text file into a binary array of token ids",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("input", metavar="INPUT", help="text file to encode (UTF-8)")
+    p.add_argument("input", metavar="INPUT", help="text file to encode (UTF-8); - for "
+                                                  "standard input")
     p.add_argument("-o", "--output", required=True, metavar="OUT",
-                   help="where to write the ids (e.g. train.bin); replaced if it exists")
+                   help="where to write the ids (e.g. train.bin); replaced if it exists; - "
+                        "for standard output")
     p.add_argument("--tokenizer", required=True, metavar="PATH",
                    help="tokenizer.json, vocab.json (with merges.txt beside it) or .tiktoken")
     p.add_argument("--merges", metavar="PATH",
@@ -96,13 +105,20 @@ def run(args) -> int:
     from .tokenizer import load
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be at least 1, not {args.threads}")
-    if not os.path.exists(args.input):
+    source_path = input_path(args.input)
+    if not os.path.exists(source_path):
         raise FileNotFoundError(2, "input file not found", args.input)
-    if os.path.isdir(args.input):
+    if os.path.isdir(source_path):
         raise IsADirectoryError(21, "the input is a directory", args.input)
-    formats.check_output_path(args.output)
+    to_stdout = args.output == "-"
+    if to_stdout:
+        output = _stdout_for_ids()
+    else:
+        output = args.output
+        formats.check_output_path(args.output)
     gpt2_vocab = _is_gpt2_vocab(args.tokenizer)
-    refuse_tokenizer_as_output(args, gpt2_vocab)
+    if not to_stdout:
+        refuse_tokenizer_as_output(args, gpt2_vocab)
     kw = {}
     if args.pattern is not None:
         if not args.pattern:
@@ -116,10 +132,34 @@ def run(args) -> int:
     source = (args.tokenizer, args.merges) if args.merges else args.tokenizer
     tok = load(source, **kw)
     with tok:
-        n = tok.encode_file(args.input, args.output, dtype=args.dtype,
+        n = tok.encode_file(source_path, output, dtype=args.dtype,
                             num_threads=args.threads,
                             progress=not (args.no_progress or args.quiet))
         width = args.dtype or ("uint16" if tok.n_vocab <= 65536 else "uint32")
     if not args.quiet:
-        print(f"{n:,} tokens ({width}) written to {args.output}", file=sys.stderr)
+        where = "standard output" if to_stdout else args.output
+        print(f"{n:,} tokens ({width}) written to {where}", file=sys.stderr)
     return 0
+
+
+def input_path(name: str) -> str:
+    """The path to read an input named on the command line from: "-" is standard input (as
+    /dev/stdin, which C opens and reads once, a pipe or a redirected file alike)."""
+    if name != "-":
+        return name
+    if not os.path.exists("/dev/stdin"):
+        raise OSError("reading standard input (-) needs /dev/stdin, which this system lacks: "
+                      "give the input file's path")
+    return "/dev/stdin"
+
+
+def _stdout_for_ids():
+    """Standard output's binary file for "-o -"; ValueError when it is a terminal (ids are
+    binary) or closed."""
+    out = sys.stdout
+    if out is None or getattr(out, "closed", False):
+        raise ValueError("-o -: standard output is closed")
+    if out.isatty():
+        raise ValueError("-o -: standard output is a terminal; the ids are binary: redirect "
+                         "it to a file or a pipe, or give -o FILE")
+    return getattr(out, "buffer", out)

@@ -9,7 +9,7 @@ FORMATS = ("hf", "tiktoken", "gpt2")
 
 DESCRIPTION = """\
 Train a byte-level BPE tokenizer on one or more UTF-8 text files (invalid bytes count as
-U+FFFD).  The text is split on the special tokens, pre-tokenized with the pattern, and the
+U+FFFD; FILE "-" is standard input: `xzcat corpus.xz | bpe-cffi train - ...`).  The text is split on the special tokens, pre-tokenized with the pattern, and the
 most frequent adjacent pair is merged until the vocabulary has --vocab-size ids (256 bytes +
 merges + special tokens).  Ties go to the greatest (left bytes, right bytes); the result does
 not depend on --threads.  Ctrl-C stops it cleanly and writes nothing.
@@ -42,7 +42,8 @@ def add_parser(subparsers) -> None:
         "train", help="train a BPE vocabulary from text files",
         description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("files", nargs="+", metavar="FILE", help="UTF-8 text files to train on")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="UTF-8 text files to train on; - for standard input")
     p.add_argument("--vocab-size", type=int, required=True, metavar="N",
                    help="ids in all: 256 bytes (or, with --char-level, the characters) + "
                         "merges + special tokens")
@@ -162,7 +163,11 @@ def check_specials_fit(args) -> None:
 
 
 def run(args) -> int:
+    from ._cli_encode import input_path
     from .train import _train
+    if args.files.count("-") > 1:
+        raise ValueError("standard input (-) can be read only once: name it once")
+    args.files = [input_path(f) for f in args.files]
     check_outputs(args.format, args.output, args.files)
     check_specials_fit(args)
     char_level = None

@@ -21,6 +21,7 @@ import binascii
 import contextlib
 import json
 import errno
+import io
 import os
 import stat
 from functools import lru_cache
@@ -550,6 +551,53 @@ def atomic_output(path, *, fsync: bool = True):
         raise
     if fsync:
         _fsync_directory(directory)
+
+
+def open_stream(target):
+    """The descriptor of an open output `target` (an int descriptor, or a file object with
+    fileno(), such as sys.stdout.buffer), or None when target is a path.  A file object's
+    buffered data is flushed first, so what is written to the descriptor comes after it."""
+    if isinstance(target, bool):
+        raise TypeError("an output must be a path, a file descriptor or a binary file, "
+                        "not a bool")
+    if isinstance(target, int):
+        fd = target
+    elif hasattr(target, "fileno") and not isinstance(target, (str, bytes, os.PathLike)):
+        if getattr(target, "closed", False):
+            raise ValueError("the output file is closed")
+        if isinstance(target, io.TextIOBase):
+            raise TypeError("the output file is open in text mode: ids are binary (use "
+                            "its .buffer, or open it with 'wb')")
+        target.flush()
+        fd = target.fileno()
+    else:
+        return None
+    os.fstat(fd)                         # OSError (EBADF) for a descriptor that is not open
+    return fd
+
+
+@contextlib.contextmanager
+def output_file(target, *, fsync: bool = True):
+    """A binary file to write `target` through: atomic_output(target) for a path; for an
+    open descriptor or file object (open_stream), a file on its descriptor, written in place
+    from where it stands and flushed at the end (not closed, not fsynced, nothing to undo on
+    an error)."""
+    fd = open_stream(target)
+    if fd is None:
+        with atomic_output(target, fsync=fsync) as f:
+            yield f
+        return
+    with os.fdopen(fd, "wb", closefd=False) as f:
+        yield f
+
+
+def output_name(target) -> str:
+    """How an output is named in messages: its path, or the file object's name."""
+    if isinstance(target, int) and not isinstance(target, bool):
+        return f"file descriptor {target}"
+    if hasattr(target, "fileno") and not isinstance(target, (str, bytes, os.PathLike)):
+        return str(getattr(target, "name", "the output file"))
+    return os.fspath(target)
 
 
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | \

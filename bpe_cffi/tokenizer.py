@@ -237,11 +237,18 @@ class _GCPaused:
             gc.enable()
 
 
-def _refuse_same_file(in_stat, in_path, out_path) -> None:
-    """ValueError when out_path names (through symlinks) the input file (whose os.stat is
-    in_stat): the ids written there would replace the text."""
-    if formats.same_file(out_path, in_stat):
-        raise ValueError(f"output_path {out_path!r} is the input file {in_path!r}: refusing to "
+def _refuse_same_file(in_stat, in_path, out) -> None:
+    """ValueError when out, a path (through symlinks) or an open descriptor, is the input
+    file (whose os.stat is in_stat): the ids written there would replace the text, or be read
+    back as text."""
+    if isinstance(out, int):
+        same = stat.S_ISREG(in_stat.st_mode) and os.path.samestat(os.fstat(out), in_stat)
+        what = f"file descriptor {out}"
+    else:
+        same = formats.same_file(out, in_stat)
+        what = repr(out)
+    if same:
+        raise ValueError(f"output_path {what} is the input file {in_path!r}: refusing to "
                          f"replace the text with its ids")
 
 
@@ -1383,7 +1390,9 @@ class Tokenizer(TiktokenMethods):
                     progress: bool = True) -> int:
         """Encode the file input_path (UTF-8; invalid bytes read as U+FFFD) into output_path as
         a flat little-endian array of ids (numpy.fromfile(output_path, dtype) reads it).
-        dtype: None (uint16 when n_vocab <= 65536, else uint32), "uint16", "uint32" or a numpy
+        output_path may also be an open binary file or a file descriptor (sys.stdout.buffer,
+        a socket's fileno()): the ids are written to it in place, after what it holds, and it
+        is left open.  dtype: None (uint16 when n_vocab <= 65536, else uint32), "uint16", "uint32" or a numpy
         dtype.  Shows a progress bar on stderr when progress is true; Ctrl-C stops it (and the
         output file is removed).  Memory does not grow with the file, but each thread adds
         its word cache and buffers (~130 MB peak RSS on 2 threads, ~560 MB on 64): more
@@ -1391,16 +1400,17 @@ class Tokenizer(TiktokenMethods):
         width = self._id_width(dtype)
         self._refuse_components("encode_file")
         in_path = os.fspath(input_path)
-        out_path = os.fspath(output_path)
+        out_fd = formats.open_stream(output_path)
+        out_path = formats.output_name(output_path)
         # stat, not open: opening a named pipe here and closing it would lose its writer's
         # data before C opens it (a missing input: FileNotFoundError naming it)
         in_stat = os.stat(in_path)
         if stat.S_ISDIR(in_stat.st_mode):
             raise IsADirectoryError(errno.EISDIR, "the input is a directory", in_path)
-        _refuse_same_file(in_stat, in_path, out_path)
+        _refuse_same_file(in_stat, in_path, out_path if out_fd is None else out_fd)
         num_threads = _c_threads(num_threads)
         if self._cpattern == 0 or self._added is not None:
-            return self._encode_file_py(in_path, out_path, width, progress)
+            return self._encode_file_py(in_path, output_path, width, progress)
         from .progress import Bar, new_progress, run_cancellable
         prog = new_progress()
         n_tokens = ffi.new("uint64_t *")
@@ -1412,9 +1422,10 @@ class Tokenizer(TiktokenMethods):
         bars = None
         if progress:
             bars = {lib.BPE_PHASE_READ: Bar(f"encode {os.path.basename(in_path)}", "B")}
-        # the output policy (a temporary file renamed over out_path, or a pipe or device
-        # written in place) is atomic_output's; C writes to its descriptor
-        with formats.atomic_output(out_path, fsync=False) as out:
+        # the output policy (a temporary file renamed over out_path, a pipe or device written
+        # in place, an open file from where it stands) is output_file's; C writes to its
+        # descriptor
+        with formats.output_file(output_path, fsync=False) as out:
             out_fd = out.fileno()
 
             def call():
@@ -1627,7 +1638,7 @@ class Tokenizer(TiktokenMethods):
                     break
         return longest
 
-    def _encode_file_py(self, in_path, out_path, width, progress) -> int:
+    def _encode_file_py(self, in_path, output, width, progress) -> int:
         """encode_file through encode_iterable, with a bar of the bytes read: a custom
         regex reads the file by lines, added tokens' options by blocks of 1 MiB (lists of ids
         at a time)."""
@@ -1640,7 +1651,7 @@ class Tokenizer(TiktokenMethods):
         size = st.st_size if stat.S_ISREG(st.st_mode) else 0      # 0: unknown (a pipe)
         try:
             with open(in_path, "r", encoding="utf-8", errors="replace", newline="") as fin, \
-                    formats.atomic_output(out_path, fsync=False) as fout:
+                    formats.output_file(output, fsync=False) as fout:
                 if self._added is not None and self._cpattern != 0:
                     chunks = _Counted(iter(lambda: fin.read(1 << 20), ""), bar, size)
                     lists = self._added_lists(_pairs_kept_whole(chunks))

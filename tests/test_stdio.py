@@ -1,0 +1,184 @@
+"""encode_file into an open file or descriptor, and the CLI's "-" for standard input (encode
+and train) and "-o -" for standard output (encode), so both can sit in a pipeline."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pyapi_helpers import ours, reference
+
+TEXT = "hello world, hello pipes\n" * 400 + "caf\u00e9 \U0001F600 12345\n" * 50
+
+
+def le16(ids) -> bytes:
+    return b"".join(i.to_bytes(2, "little") for i in ids)
+
+
+def gpt2(split):
+    """GPT-2's tokenizer with the C scanner ("C") or the same pattern through regex."""
+    if split == "C":
+        return ours("gpt2")
+    from conftest import vocab_path
+    from bpe_cffi import Tokenizer
+    from bpe_cffi.patterns import GPT2
+    return Tokenizer.from_files(vocab_path("gpt2_vocab.json"), vocab_path("gpt2_merges.txt"),
+                                pattern="(?:" + GPT2 + ")")
+
+
+@pytest.fixture
+def src(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("split", ["C", "regex"])
+def test_ids_go_after_what_an_open_file_holds(tmp_path, src, split):
+    """A binary file object: its buffered bytes first, then the ids; it stays open and
+    usable."""
+    tok = gpt2(split)
+    want = le16(reference("gpt2").encode_ordinary(TEXT))
+    out = tmp_path / "out.bin"
+    with open(out, "wb") as f:
+        f.write(b"HEAD")                       # still in the file object's buffer
+        n = tok.encode_file(src, f, progress=False)
+        assert not f.closed
+        f.write(b"TAIL")
+    assert n * 2 == len(want)
+    assert out.read_bytes() == b"HEAD" + want + b"TAIL"
+
+
+@pytest.mark.parametrize("split", ["C", "regex"])
+def test_ids_to_a_file_descriptor(tmp_path, src, split):
+    tok = gpt2(split)
+    out = tmp_path / "out.bin"
+    out.write_bytes(b"old content that stays")
+    fd = os.open(out, os.O_WRONLY | os.O_APPEND)
+    try:
+        n = tok.encode_file(src, fd, dtype="uint32", progress=False)
+        os.fstat(fd)                           # not closed by encode_file
+    finally:
+        os.close(fd)
+    ids = tok.encode(TEXT)
+    assert n == len(ids)
+    assert out.read_bytes() == b"old content that stays" + \
+        b"".join(i.to_bytes(4, "little") for i in ids)
+
+
+def test_bad_open_outputs_are_refused(tmp_path, src):
+    tok = ours("gpt2")
+    with open(tmp_path / "text.txt", "w") as f:
+        with pytest.raises(TypeError, match="text mode"):
+            tok.encode_file(src, f, progress=False)
+    f = open(tmp_path / "closed.bin", "wb")
+    f.close()
+    with pytest.raises(ValueError, match="closed"):
+        tok.encode_file(src, f, progress=False)
+    fd = os.open(tmp_path / "x.bin", os.O_WRONLY | os.O_CREAT)
+    os.close(fd)
+    with pytest.raises(OSError):
+        tok.encode_file(src, fd, progress=False)           # a descriptor no longer open
+    with pytest.raises(TypeError, match="bool"):
+        tok.encode_file(src, True, progress=False)
+
+
+def test_the_input_itself_open_for_writing_is_refused(src):
+    tok = ours("gpt2")
+    fd = os.open(src, os.O_WRONLY | os.O_APPEND)
+    try:
+        with pytest.raises(ValueError, match="is the input file"):
+            tok.encode_file(src, fd, progress=False)
+    finally:
+        os.close(fd)
+    assert src.read_text(encoding="utf-8") == TEXT
+
+
+# ---- the CLI ----------------------------------------------------------------------------
+
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+
+
+def cli(args, cwd, **kw):
+    """bpe-cffi encode in a child process whose working directory is cwd (a file named "-"
+    written by mistake lands there)."""
+    from conftest import vocab_path
+    cmd = [sys.executable, "-m", "bpe_cffi", "encode", "--tokenizer",
+           str(vocab_path("gpt2_vocab.json")), "--no-progress", *args]
+    return subprocess.run(cmd, env=ENV, cwd=cwd, timeout=120, **kw)
+
+
+def test_cli_reads_stdin_and_writes_stdout(src):
+    want = le16(reference("gpt2").encode_ordinary(TEXT))
+    with open(src, "rb") as stdin:                  # a redirected file: `< in.txt`
+        res = cli(["-", "-o", "-"], src.parent, stdin=stdin, capture_output=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == want
+    assert b"written to standard output" in res.stderr
+    assert not (src.parent / "-").exists()
+    res = cli(["-", "-o", "-"], src.parent, input=TEXT.encode("utf-8"),
+              capture_output=True)   # a pipe
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == want
+
+
+def test_cli_stdout_appended_keeps_what_the_file_held(tmp_path, src):
+    """`>> out.bin`: the ids go after the file's content (it is not replaced)."""
+    out = tmp_path / "out.bin"
+    out.write_bytes(b"first part")
+    with open(out, "ab") as stdout:
+        res = cli([str(src), "-o", "-"], tmp_path, stdout=stdout, stderr=subprocess.PIPE)
+    assert res.returncode == 0, res.stderr
+    assert out.read_bytes() == b"first part" + le16(ours("gpt2").encode(TEXT))
+
+
+def test_cli_refuses_a_terminal_as_stdout(src):
+    pty = pytest.importorskip("pty")
+    master, slave = pty.openpty()
+    try:
+        res = cli([str(src), "-o", "-"], src.parent, stdout=slave, stderr=subprocess.PIPE)
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert res.returncode == 1
+    assert b"terminal" in res.stderr
+
+
+def test_cli_help_names_the_dashes(capsys):
+    from bpe_cffi import cli as cli_module
+    with pytest.raises(SystemExit):
+        cli_module.main(["encode", "--help"])
+    out = capsys.readouterr().out
+    assert "standard input" in out and "standard output" in out
+
+
+def train_cli(args, cwd, **kw):
+    cmd = [sys.executable, "-m", "bpe_cffi", "train", "--vocab-size", "600", "-q", *args]
+    return subprocess.run(cmd, env=ENV, cwd=cwd, timeout=300, capture_output=True, **kw)
+
+
+def test_train_reads_stdin_as_it_reads_the_file(tmp_path):
+    from conftest import read_corpus
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(read_corpus("web", 300_000), encoding="utf-8")
+    res = train_cli([str(corpus), "-o", "from_file.json"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    res = train_cli(["-", "-o", "from_pipe.json"], tmp_path, input=corpus.read_bytes())
+    assert res.returncode == 0, res.stderr
+    with open(corpus, "rb") as stdin:
+        res = train_cli([str(corpus), "-", "-o", "file_and_stdin.json"], tmp_path, stdin=stdin)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "from_pipe.json").read_bytes() == \
+        (tmp_path / "from_file.json").read_bytes()
+    res = train_cli([str(corpus), str(corpus), "-o", "file_twice.json"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "file_and_stdin.json").read_bytes() == \
+        (tmp_path / "file_twice.json").read_bytes()
+    assert not (tmp_path / "-").exists()
+
+
+def test_train_refuses_stdin_twice(tmp_path):
+    res = train_cli(["-", "-", "-o", "out.json"], tmp_path, input=b"some text")
+    assert res.returncode == 1
+    assert b"only once" in res.stderr
+    assert not (tmp_path / "out.json").exists()
