@@ -34,14 +34,24 @@ from operator import sub
 __all__ = ["encode_with_offsets", "decode_with_offsets", "trimming_steps",
            "trim_spaces"]
 
-try:                               # optional: vectorises the per-token work
-    import numpy as _np
-except ImportError:                # pragma: no cover - numpy is a test dependency
-    _np = None
+_NUMPY = []                        # [numpy or None], once looked for (see _numpy)
 
 _CONT = bytes(range(0x80, 0xC0))   # UTF-8 continuation bytes
 _NP_MIN = 512                      # fewer ids: the pure-Python path is as fast
 _NP_MAX_ID = 1 << 22               # larger ids are not vocabulary ids: pure-Python path
+
+
+def _numpy():
+    """numpy, which vectorises the per-token work when it is installed (else None),
+    imported at the first offsets of a long text: importing it with bpe_cffi cost every
+    process ~60 ms and started numpy's BLAS threads."""
+    if not _NUMPY:
+        try:
+            import numpy
+        except ImportError:        # pragma: no cover - numpy is a test dependency
+            numpy = None
+        _NUMPY.append(numpy)
+    return _NUMPY[0]
 
 
 class _Tables:
@@ -79,8 +89,9 @@ class _Tables:
             have = len(old[0]) if old is not None else 0
             need = max(size, int(max(known)) + 1)
             n = have if need <= have else max(need, 2 * have)
-            starts = _np.full(n, -1, dtype=_np.int32)
-            back = _np.zeros(n, dtype=_np.int32)
+            np = _numpy()
+            starts = np.full(n, -1, dtype=np.int32)
+            back = np.zeros(n, dtype=np.int32)
             if old is not None:
                 starts[:len(old[0])] = old[0]
                 back[:len(old[1])] = old[1]
@@ -116,7 +127,7 @@ def _ends_begins(tok, ids: list):
     begins[k] = ends[k] - starts[k] - cont[k].
     """
     t = _tables(tok)
-    if _np is not None and len(ids) >= _NP_MIN:
+    if len(ids) >= _NP_MIN and _numpy() is not None:
         got = _ends_begins_np(t, tok, ids)
         if got is not None:
             return got
@@ -132,8 +143,9 @@ def _ends_begins(tok, ids: list):
 def _ends_begins_np(t: _Tables, tok, ids: list):
     """_ends_begins with numpy, or None to use the pure-Python path (ids that are not all
     small non-negative integers: that path reports them through the tokenizer)."""
+    np = _numpy()
     try:
-        a = _np.asarray(ids)
+        a = np.asarray(ids)
     except (ValueError, TypeError, OverflowError):
         return None
     if (a.ndim != 1 or a.size == 0 or a.dtype.kind not in "iu" or a.min() < 0
@@ -142,12 +154,12 @@ def _ends_begins_np(t: _Tables, tok, ids: list):
     arrays = t.arrays
     size = int(a.max()) + 1
     if arrays is None or size > len(arrays[0]):
-        arrays = t.fill_arrays(tok, _np.unique(a).tolist(), size)
+        arrays = t.fill_arrays(tok, np.unique(a).tolist(), size)
     s = arrays[0][a]
     if (s < 0).any():
-        arrays = t.fill_arrays(tok, _np.unique(a[s < 0]).tolist(), size)
+        arrays = t.fill_arrays(tok, np.unique(a[s < 0]).tolist(), size)
         s = arrays[0][a]
-    ends = _np.cumsum(s, dtype=_np.int64)
+    ends = np.cumsum(s, dtype=np.int64)
     begins = ends - arrays[1][a]
     return ends.tolist(), begins.tolist()
 

@@ -293,7 +293,7 @@ def test_both_table_paths(path, monkeypatch):
         pytest.importorskip("numpy")
         monkeypatch.setattr(mod, "_NP_MIN", 0)
     else:
-        monkeypatch.setattr(mod, "_np", None)
+        monkeypatch.setattr(mod, "_NUMPY", [None])          # as without numpy installed
     tok = TiktokenStandIn(tiktoken_encoding("o200k_base"))     # fresh, empty tables
     texts = TRICKY + ["", _corpus("multilingual", 0)[:20_000], "\U0001f600 " * 50, "日本"]
     for text in texts:
@@ -303,6 +303,27 @@ def test_both_table_paths(path, monkeypatch):
     if path == "numpy":
         assert mod._tables(tok).arrays is not None
         assert len(mod._tables(tok).arrays[0]) > 100_000    # grew to the largest id seen
+
+
+def test_numpy_is_imported_only_for_the_offsets_of_a_long_text():
+    """import bpe_cffi (and its daemon), loading, encoding and decoding leave numpy
+    unimported: it cost every process ~60 ms and numpy's BLAS threads."""
+    import subprocess
+    pytest.importorskip("numpy")
+    script = (
+        "import sys, bpe_cffi, bpe_cffi.daemon, bpe_cffi.daemon.server\n"
+        "vocab = {i: bytes([i]) for i in range(256)}\n"
+        "t = bpe_cffi.Tokenizer(vocab, [], ['<|endoftext|>'], pattern='gpt2')\n"
+        "ids = t.encode('hello world<|endoftext|>'); t.decode(ids)\n"
+        "t.encode_batch(['a b'] * 1000); t.encode_with_offsets('short')\n"
+        "print('numpy' in sys.modules)\n"
+        "t.encode_with_offsets('long text ' * 500)\n"
+        "print('numpy' in sys.modules)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["False", "True"]
 
 
 def test_tokenizer_methods_are_the_module_functions():
