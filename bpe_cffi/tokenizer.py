@@ -17,6 +17,7 @@ Lifetime: `close()` (or leaving a `with` block) frees the C tokenizer, at once o
 another thread's call still uses it, when that call returns (calls started after close()
 raise ValueError); otherwise it is freed when the object is garbage collected (ffi.gc).
 """
+import contextlib
 import errno
 import gc
 import io
@@ -411,8 +412,23 @@ def _join_utf8(texts: list):
 def _join_utf8_py(texts: list):
     """_join_utf8 text by text: for the texts the C helper leaves to Python (a surrogate, a
     str subclass, not a str: _utf8 converts or raises)."""
-    datas = [_utf8(t) for t in texts]
+    with _naming_bad_text(texts):
+        datas = [_utf8(t) for t in texts]
     return b"".join(datas), size_t_array(itertools.accumulate(map(len, datas)))
+
+
+@contextlib.contextmanager
+def _naming_bad_text(texts: list):
+    """Around work on a batch: a TypeError raised in it becomes one that names the first
+    text that is not a str by its index (a batch of a million texts deserves it)."""
+    try:
+        yield
+    except TypeError:
+        bad = next(((k, t) for k, t in enumerate(texts) if not isinstance(t, str)), None)
+        if bad is None:
+            raise
+        raise TypeError(f"texts[{bad[0]}] must be a str, not {type(bad[1]).__name__}") \
+            from None
 
 
 _SIZE_T = next(c for c in "QLI" if array(c).itemsize == ffi.sizeof("size_t"))
@@ -1271,7 +1287,8 @@ class Tokenizer(TiktokenMethods):
         if self._py_path:
             if self._added is not None and self._c_between_tokens():
                 return self._encode_batch_added(texts, mode, num_threads)
-            return [self._encode_py(_utf8(t), mode) for t in texts]
+            with _naming_bad_text(texts):
+                return [self._encode_py(_utf8(t), mode) for t in texts]
         return self._encode_batch_c(texts, mode, num_threads)
 
     def _c_between_tokens(self) -> bool:
@@ -1283,8 +1300,28 @@ class Tokenizer(TiktokenMethods):
         """encode_batch when _added finds the added tokens and C encodes the rest: the tokens
         are found text by text, and all the text between them is one C batch."""
         allowed, disallowed = self._mode_sets(mode)
+        with _naming_bad_text(texts):
+            pieces, plans = self._plan_added(texts, allowed, disallowed)
+        lists = self._encode_batch_c(pieces, ffi.NULL, num_threads) if pieces else []
+        out = []
+        for plan in plans:
+            if len(plan) == 1 and plan[0] < 0:
+                out.append(lists[-1 - plan[0]])
+                continue
+            ids = []
+            for x in plan:
+                if x >= 0:
+                    ids.append(x)
+                else:
+                    ids += lists[-1 - x]
+            out.append(ids)
+        return out
+
+    def _plan_added(self, texts, allowed, disallowed):
+        """(pieces, plans) of _encode_batch_added: the text between added tokens of every
+        text, and per text its token ids, and -1 - k for the ids of pieces[k]."""
         pieces = []
-        plans = []      # per text: token ids, and -1 - k for the ids of pieces[k]
+        plans = []
         for t in texts:
             if not (type(t) is str and t.isascii()):    # (surrogates repaired as encode)
                 data = _utf8(t)
@@ -1300,20 +1337,7 @@ class Tokenizer(TiktokenMethods):
                     plan.append(-1 - len(pieces))
                     pieces.append(part[0])
             plans.append(plan)
-        lists = self._encode_batch_c(pieces, ffi.NULL, num_threads) if pieces else []
-        out = []
-        for plan in plans:
-            if len(plan) == 1 and plan[0] < 0:
-                out.append(lists[-1 - plan[0]])
-                continue
-            ids = []
-            for x in plan:
-                if x >= 0:
-                    ids.append(x)
-                else:
-                    ids += lists[-1 - x]
-            out.append(ids)
-        return out
+        return pieces, plans
 
     def _encode_batch_c(self, texts, mode, num_threads) -> list:
         """encode_batch of a list of str by the C pre-tokenizer and encoder."""

@@ -119,6 +119,12 @@ def test_roberta_mask_takes_the_space_before_it(base_json, tmp_path):
     assert len(ours.encode("cat <mask>")) == 2
 
 
+def test_batch_with_a_text_that_is_not_a_str_names_it(base_json, tmp_path):
+    _, ours = _pair(base_json, tmp_path, [AddedToken("<mask>", lstrip=True, special=True)])
+    with pytest.raises(TypeError, match=r"texts\[2\] must be a str, not bytes"):
+        ours.encode_batch(["a <mask>", "b", b"c <mask>"])
+
+
 @pytest.mark.parametrize("seed", range(N_CONFIGS))
 def test_random_options_like_hf(base_json, tmp_path, seed):
     rng = random.Random(seed)

@@ -168,6 +168,21 @@ def test_lone_surrogates_like_tiktoken():
         assert tok.encode_ordinary(s) == enc.encode_ordinary(s), repr(s)
 
 
+@pytest.mark.parametrize("split", ["C", "regex"])
+def test_encode_batch_names_the_text_that_is_not_a_str(split):
+    """A batch with one bad item among many: the TypeError gives its index."""
+    from conftest import vocab_path
+    from bpe_cffi import Tokenizer
+    from bpe_cffi.patterns import GPT2
+    tok = ours("gpt2") if split == "C" else Tokenizer.from_files(
+        vocab_path("gpt2_vocab.json"), vocab_path("gpt2_merges.txt"), pattern="(?:" + GPT2 + ")")
+    for texts, k, kind in ((["ok"] * 5 + [b"x"], 5, "bytes"),
+                           (["a b"] * 3000 + [None] + ["c"], 3000, "NoneType"),
+                           (["a", 3], 1, "int")):
+        with pytest.raises(TypeError, match=rf"texts\[{k}\] must be a str, not {kind}"):
+            tok.encode_batch(texts)
+
+
 def test_decode_errors_and_replacement():
     tok = ours("gpt2")
     ids = tok.encode("héllo")
