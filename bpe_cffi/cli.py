@@ -2,6 +2,7 @@
 `add_parser(subparsers)`; the parser it adds sets `func` to the function that runs it."""
 import argparse
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -124,9 +125,25 @@ def _run_command(args) -> int:
     except KeyboardInterrupt:
         print("bpe-cffi: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader of the output went away (`bpe-cffi encode ... -o - | head`): end
+        # quietly with the status of a command stopped by SIGPIPE, as in any pipeline
+        _discard_stdout()
+        return 141
     except (OSError, ValueError, TypeError) as exc:
         print(f"bpe-cffi: error: {exc}", file=sys.stderr)
         return 1
+
+
+def _discard_stdout() -> None:
+    """Points standard output at the null device, so that the interpreter's flush at exit
+    does not fail again on the closed pipe."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":

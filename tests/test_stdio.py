@@ -182,3 +182,22 @@ def test_train_refuses_stdin_twice(tmp_path):
     assert res.returncode == 1
     assert b"only once" in res.stderr
     assert not (tmp_path / "out.json").exists()
+
+
+def test_cli_ends_quietly_when_the_reader_of_stdout_goes_away(tmp_path):
+    """`bpe-cffi encode ... -o - | head -c 100`: exit status 141 (as a command stopped by
+    SIGPIPE) and no error message, not 'error: ... Broken pipe'."""
+    from conftest import vocab_path
+    src = tmp_path / "big.txt"
+    src.write_text(TEXT * 400, encoding="utf-8")              # ~6 MB of text, ~3 MB of ids
+    cmd = [sys.executable, "-m", "bpe_cffi", "encode", "--tokenizer",
+           str(vocab_path("gpt2_vocab.json")), "--no-progress", str(src), "-o", "-"]
+    p = subprocess.Popen(cmd, env=ENV, cwd=tmp_path, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    head = p.stdout.read(100)
+    p.stdout.close()                                          # the reader goes away
+    err = p.stderr.read()
+    rc = p.wait(timeout=120)
+    assert len(head) == 100
+    assert rc == 141, err
+    assert err == b""
