@@ -81,7 +81,7 @@ def _is_gpt2_vocab(path) -> bool:
     return not (isinstance(doc, dict) and isinstance(doc.get("model"), dict))
 
 
-def refuse_tokenizer_as_output(args, gpt2_vocab: bool) -> None:
+def refuse_tokenizer_as_output(args, gpt2_vocab: bool, what: str = "ids") -> None:
     """ValueError when -o names the tokenizer file or the merges file load() reads with it
     (--merges, or beside a GPT-2 vocab.json): the ids would replace it."""
     from . import formats
@@ -97,7 +97,7 @@ def refuse_tokenizer_as_output(args, gpt2_vocab: bool) -> None:
             continue                     # load() names a missing file
         if st is not None and formats.same_file(args.output, st):
             raise ValueError(f"-o {args.output} is the {flag} file: refusing to replace it "
-                             f"with ids")
+                             f"with {what}")
 
 
 def run(args) -> int:

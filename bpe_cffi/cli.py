@@ -11,6 +11,7 @@ from . import __version__
 
 SUBCOMMANDS = [                # (module, the subcommand it adds)
     ("bpe_cffi._cli_encode", "encode"),
+    ("bpe_cffi._cli_decode", "decode"),
     ("bpe_cffi._cli_train", "train"),
     ("bpe_cffi.daemon.cli", "serve"),
 ]
@@ -19,7 +20,8 @@ SUBCOMMANDS = [                # (module, the subcommand it adds)
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bpe-cffi",
-        description="Byte-level BPE tokenizer: train vocabularies, encode files, serve a daemon.",
+        description="Byte-level BPE tokenizer: train vocabularies, encode and decode files, "
+                    "serve a daemon.",
     )
     parser.add_argument("--version", action="version", version=f"bpe-cffi {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -82,7 +84,7 @@ def main(argv=None) -> int:
         parser.print_help(sys.stderr)
         return 2
     previous = {}
-    if args.command in ("encode", "train") and \
+    if args.command in ("encode", "decode", "train") and \
             threading.current_thread() is threading.main_thread():
         # serve handles SIGTERM itself (a drain); put back on return (main() may be called
         # from a program, a test)
