@@ -25,19 +25,15 @@ BLOCK_IDS = 1 << 20          # ids decoded per block
 
 
 def add_parser(subparsers) -> None:
+    from ._cli_encode import add_tokenizer_arguments
     p = subparsers.add_parser(
         "decode", help="decode a binary array of token ids back into text",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", metavar="INPUT", help="file of token ids; - for standard input")
     p.add_argument("-o", "--output", metavar="OUT",
                    help="where to write the text (default: standard output)")
-    p.add_argument("--tokenizer", required=True, metavar="PATH",
-                   help="tokenizer.json, vocab.json (with merges.txt beside it) or .tiktoken")
-    p.add_argument("--merges", metavar="PATH",
-                   help="merges.txt, when --tokenizer is a vocab.json and it is not beside it")
-    p.add_argument("--special-token", action="append", metavar="TOKEN",
-                   help="a special token of a vocab.json or .tiktoken tokenizer, as given to "
-                        "encode (repeat for several)")
+    add_tokenizer_arguments(p, "a special token of a vocab.json or .tiktoken tokenizer, as "
+                               "given to encode (repeat for several)")
     p.add_argument("--dtype", choices=["uint16", "uint32"],
                    help="id width; default uint16 when the vocabulary has at most 65536 ids, "
                         "else uint32 (as encode)")

@@ -39,17 +39,13 @@ def add_parser(subparsers) -> None:
     p.add_argument("-o", "--output", required=True, metavar="OUT",
                    help="where to write the ids (e.g. train.bin); replaced if it exists; - "
                         "for standard output")
-    p.add_argument("--tokenizer", required=True, metavar="PATH",
-                   help="tokenizer.json, vocab.json (with merges.txt beside it) or .tiktoken")
-    p.add_argument("--merges", metavar="PATH",
-                   help="merges.txt, when --tokenizer is a vocab.json and it is not beside it")
-    p.add_argument("--special-token", action="append", metavar="TOKEN",
-                   help="a special token of a vocab.json or .tiktoken tokenizer (repeat for "
-                        "several): in a vocab.json it is the token of that text (GPT-2's "
-                        "<|endoftext|> is 50256); in a .tiktoken file the ids follow the "
-                        "vocabulary in the order given.  The tokens given are all the special "
-                        "tokens: for a standard .tiktoken file they replace its known ones "
-                        "(name those too to keep them; they keep their ids)")
+    add_tokenizer_arguments(p, "a special token of a vocab.json or .tiktoken tokenizer (repeat "
+                               "for several): in a vocab.json it is the token of that text "
+                               "(GPT-2's <|endoftext|> is 50256); in a .tiktoken file the ids "
+                               "follow the vocabulary in the order given.  The tokens given are "
+                               "all the special tokens: for a standard .tiktoken file they "
+                               "replace its known ones (name those too to keep them; they keep "
+                               "their ids)")
     p.add_argument("--pattern", metavar="NAME|REGEX",
                    help="split pattern (gpt2, cl100k, o200k or a regex); default: from the "
                         "tokenizer file")
@@ -64,6 +60,15 @@ def add_parser(subparsers) -> None:
     p.add_argument("-q", "--quiet", action="store_true",
                    help="print nothing but errors (no progress bar, no summary), as train -q")
     p.set_defaults(func=run)
+
+
+def add_tokenizer_arguments(p, special_help: str) -> None:
+    """--tokenizer, --merges and --special-token, as encode and decode take them."""
+    p.add_argument("--tokenizer", required=True, metavar="PATH",
+                   help="tokenizer.json, vocab.json (with merges.txt beside it) or .tiktoken")
+    p.add_argument("--merges", metavar="PATH",
+                   help="merges.txt, when --tokenizer is a vocab.json and it is not beside it")
+    p.add_argument("--special-token", action="append", metavar="TOKEN", help=special_help)
 
 
 def _is_gpt2_vocab(path) -> bool:
