@@ -152,6 +152,10 @@ def input_path(name: str) -> str:
     /dev/stdin, which C opens and reads once, a pipe or a redirected file alike)."""
     if name != "-":
         return name
+    try:
+        os.fstat(0)
+    except OSError:
+        raise ValueError("-: standard input is closed") from None
     if not os.path.exists("/dev/stdin"):
         raise OSError("reading standard input (-) needs /dev/stdin, which this system lacks: "
                       "give the input file's path")

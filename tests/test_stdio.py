@@ -201,3 +201,11 @@ def test_cli_ends_quietly_when_the_reader_of_stdout_goes_away(tmp_path):
     assert len(head) == 100
     assert rc == 141, err
     assert err == b""
+
+
+def test_cli_says_when_stdin_is_closed(tmp_path):
+    res = cli(["-", "-o", "out.bin"], tmp_path, stdin=None, capture_output=True,
+              preexec_fn=lambda: os.close(0))
+    assert res.returncode == 1
+    assert b"standard input is closed" in res.stderr
+    assert not (tmp_path / "out.bin").exists()
