@@ -600,6 +600,46 @@ def output_name(target) -> str:
     return os.fspath(target)
 
 
+# ---- compressed text given as text ------------------------------------------------------
+
+# (leading bytes, format, command that writes the text to stdout).  Each but bzip2's holds
+# bytes that are not UTF-8, and bzip2's 10 are its stream and first block header: no text
+# file starts so.
+_COMPRESSED = (
+    (b"\x1f\x8b", "gzip", "gzip -dc"),
+    (b"\xfd7zXZ\x00", "xz", "xz -dc"),
+    (b"(\xb5/\xfd", "zstd", "zstd -dc"),
+    (b"PK\x03\x04", "zip", "unzip -p"),
+)
+
+
+def compressed_format(head: bytes):
+    """(format, decompress command) when `head`, a file's first bytes, opens a compressed
+    file (gzip, xz, zstd, zip, bzip2), else None."""
+    for magic, name, command in _COMPRESSED:
+        if head.startswith(magic):
+            return name, command
+    if len(head) >= 10 and head[:3] == b"BZh" and head[3:4] in b"123456789" and \
+            head[4:10] in (b"1AY&SY", b"\x17rE8P\x90"):
+        return "bzip2", "bzip2 -dc"
+    return None
+
+
+def refuse_compressed(path, st, user: str) -> None:
+    """ValueError when the regular file `path` (os.stat st) is compressed: its bytes read as
+    text would give ids (or a vocabulary) of garbage, with no error.  `user` names who reads
+    it ("encode", "train"), for the hint.  A pipe or device is not read here (that would
+    take its data)."""
+    if not stat.S_ISREG(st.st_mode):
+        return
+    with open(path, "rb") as f:
+        found = compressed_format(f.read(10))
+    if found is not None:
+        name, command = found
+        raise ValueError(f"{os.fsdecode(path)} is {name}-compressed, not text: decompress it "
+                         f"first, e.g. `{command} {os.fsdecode(path)} | bpe-cffi {user} ... -`")
+
+
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | \
     getattr(os, "O_BINARY", 0)
 

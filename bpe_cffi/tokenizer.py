@@ -1431,6 +1431,7 @@ class Tokenizer(TiktokenMethods):
         in_stat = os.stat(in_path)
         if stat.S_ISDIR(in_stat.st_mode):
             raise IsADirectoryError(errno.EISDIR, "the input is a directory", in_path)
+        formats.refuse_compressed(in_path, in_stat, "encode --tokenizer TOKENIZER -o OUT")
         _refuse_same_file(in_stat, in_path, out_path if out_fd is None else out_fd)
         num_threads = _c_threads(num_threads)
         if self._cpattern == 0 or self._added is not None:

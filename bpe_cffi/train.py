@@ -106,6 +106,7 @@ def _as_paths(input_path) -> list:
             raise IsADirectoryError(21, "is a directory", p)
         with open(p, "rb"):      # FileNotFoundError / PermissionError naming the file
             pass
+        formats.refuse_compressed(p, os.stat(p), "train --vocab-size N -o OUT")
         out.append(p)
     if not out:
         raise ValueError("input_path is an empty list")

@@ -209,3 +209,53 @@ def test_cli_says_when_stdin_is_closed(tmp_path):
     assert res.returncode == 1
     assert b"standard input is closed" in res.stderr
     assert not (tmp_path / "out.bin").exists()
+
+
+# ---- compressed files given as text --------------------------------------------------------
+
+def compressed_files(tmp_path):
+    """TEXT in every format the check knows (zstd: its frame header, no module for it)."""
+    import bz2
+    import gzip
+    import lzma
+    import zipfile
+    data = TEXT.encode("utf-8")
+    files = {"gzip": gzip.compress(data), "xz": lzma.compress(data), "bzip2": bz2.compress(data),
+             "zstd": b"(\xb5/\xfd" + bytes(range(64))}
+    with zipfile.ZipFile(tmp_path / "t.zip", "w") as z:
+        z.writestr("t.txt", data)
+    files["zip"] = (tmp_path / "t.zip").read_bytes()
+    out = {}
+    for name, raw in files.items():
+        out[name] = tmp_path / f"text.{name}"
+        out[name].write_bytes(raw)
+    return out
+
+
+def test_compressed_input_is_refused_not_encoded_as_text(tmp_path):
+    """Its bytes read as text gave ids of garbage without a word; now encode_file, train_bpe
+    and the CLI say what it is and how to decompress it into them."""
+    from bpe_cffi import train_bpe
+    tok = ours("gpt2")
+    for name, path in compressed_files(tmp_path).items():
+        with pytest.raises(ValueError, match=f"{name}-compressed, not text"):
+            tok.encode_file(path, tmp_path / "out.bin", progress=False)
+        assert not (tmp_path / "out.bin").exists()
+        with pytest.raises(ValueError, match=f"{name}-compressed"):
+            train_bpe(path, 300)
+    res = cli([str(tmp_path / "text.xz"), "-o", "out.bin"], tmp_path, capture_output=True)
+    assert res.returncode == 1
+    assert b"xz-compressed, not text" in res.stderr and b"xz -dc" in res.stderr
+
+
+def test_text_that_starts_like_a_compressed_file_is_still_text(tmp_path):
+    """bzip2's magic is ASCII: only its whole 10-byte header counts, so text starting with
+    'BZh9' is encoded."""
+    from bpe_cffi import formats
+    text = "BZh91 is not a bzip2 stream, PK is not a zip\n" * 20
+    src = tmp_path / "t.txt"
+    src.write_text(text, encoding="utf-8")
+    tok = ours("gpt2")
+    assert tok.encode_file(src, tmp_path / "out.bin", progress=False) == len(tok.encode(text))
+    assert formats.compressed_format(text.encode()[:10]) is None
+    assert formats.compressed_format(b"") is None
