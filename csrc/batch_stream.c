@@ -196,14 +196,20 @@ static void give_outbuf(bpe_batch_job *job, outbuf *b)
         free_outbuf(b);
 }
 
+/* Records group g's outcome: DONE, or FAILED with rc and the failing text.  Under the lock. */
+static void set_outcome(group *g, int rc, size_t bad)
+{
+    g->rc = rc;
+    g->bad = bad;
+    g->state = rc == BPE_OK ? DONE : FAILED;
+}
+
 /* Marks group g published with rc, lists it in finished[] and wakes the caller.  Under the
  * lock. */
 static void finish_locked(bpe_batch_job *job, group *g, int rc, size_t bad)
 {
     size_t index = (size_t)(g - job->groups);
-    g->rc = rc;
-    g->bad = bad;
-    g->state = rc == BPE_OK ? DONE : FAILED;
+    set_outcome(g, rc, bad);
     job->finished[job->n_finished++] = index;
     if (rc != BPE_OK && (job->first_failed == NONE || index < job->first_failed))
         job->first_failed = index;
@@ -254,9 +260,7 @@ static void publish(bpe_batch_job *job, group *g, outbuf *out, int rc, size_t ba
             finish_locked(job, g, rc, bad);
         } else {
             group *j = &job->groups[g->join];
-            g->rc = rc;
-            g->bad = bad;
-            g->state = rc == BPE_OK ? DONE : FAILED;    /* not in finished[]: see above */
+            set_outcome(g, rc, bad);                    /* not in finished[]: see above */
             if (j->state == RUNNING && rc != BPE_OK)
                 finish_locked(job, j, rc, bad);
             else if (j->state == RUNNING)
