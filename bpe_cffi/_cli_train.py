@@ -9,10 +9,11 @@ FORMATS = ("hf", "tiktoken", "gpt2")
 
 DESCRIPTION = """\
 Train a byte-level BPE tokenizer on one or more UTF-8 text files (invalid bytes count as
-U+FFFD; FILE "-" is standard input: `xzcat corpus.xz | bpe-cffi train - ...`).  The text is split on the special tokens, pre-tokenized with the pattern, and the
-most frequent adjacent pair is merged until the vocabulary has --vocab-size ids (256 bytes +
-merges + special tokens).  Ties go to the greatest (left bytes, right bytes); the result does
-not depend on --threads.  Ctrl-C stops it cleanly and writes nothing.
+U+FFFD; FILE "-" is standard input: `xzcat corpus.xz | bpe-cffi train - ...`).  The text is
+split on the special tokens, pre-tokenized with the pattern, and the most frequent adjacent
+pair is merged until the vocabulary has --vocab-size ids (256 bytes + merges + special
+tokens).  Ties go to the greatest (left bytes, right bytes); the result does not depend on
+--threads.  Ctrl-C stops it cleanly and writes nothing.
 
 With --char-level the initial tokens are the characters of the text instead of the 256
 bytes, as HuggingFace's BpeTrainer does without a ByteLevel pre-tokenizer; then

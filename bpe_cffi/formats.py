@@ -553,6 +553,11 @@ def atomic_output(path, *, fsync: bool = True):
         _fsync_directory(directory)
 
 
+def _is_file_object(target) -> bool:
+    """An open file given as an output (it has fileno()), not a path."""
+    return hasattr(target, "fileno") and not isinstance(target, (str, bytes, os.PathLike))
+
+
 def open_stream(target):
     """The descriptor of an open output `target` (an int descriptor, or a file object with
     fileno(), such as sys.stdout.buffer), or None when target is a path.  A file object's
@@ -562,7 +567,7 @@ def open_stream(target):
                         "not a bool")
     if isinstance(target, int):
         fd = target
-    elif hasattr(target, "fileno") and not isinstance(target, (str, bytes, os.PathLike)):
+    elif _is_file_object(target):
         if getattr(target, "closed", False):
             raise ValueError("the output file is closed")
         if isinstance(target, io.TextIOBase):
@@ -595,7 +600,7 @@ def output_name(target) -> str:
     """How an output is named in messages: its path, or the file object's name."""
     if isinstance(target, int) and not isinstance(target, bool):
         return f"file descriptor {target}"
-    if hasattr(target, "fileno") and not isinstance(target, (str, bytes, os.PathLike)):
+    if _is_file_object(target):
         return str(getattr(target, "name", "the output file"))
     return os.fspath(target)
 

@@ -28,30 +28,28 @@ import codecs
 import operator
 import threading
 import weakref
+from functools import lru_cache
 from itertools import accumulate, chain
 from operator import sub
 
 __all__ = ["encode_with_offsets", "decode_with_offsets", "trimming_steps",
            "trim_spaces"]
 
-_NUMPY = []                        # [numpy or None], once looked for (see _numpy)
-
 _CONT = bytes(range(0x80, 0xC0))   # UTF-8 continuation bytes
 _NP_MIN = 512                      # fewer ids: the pure-Python path is as fast
 _NP_MAX_ID = 1 << 22               # larger ids are not vocabulary ids: pure-Python path
 
 
+@lru_cache(maxsize=None)
 def _numpy():
     """numpy, which vectorises the per-token work when it is installed (else None),
     imported at the first offsets of a long text: importing it with bpe_cffi cost every
     process ~60 ms and started numpy's BLAS threads."""
-    if not _NUMPY:
-        try:
-            import numpy
-        except ImportError:        # pragma: no cover - numpy is a test dependency
-            numpy = None
-        _NUMPY.append(numpy)
-    return _NUMPY[0]
+    try:
+        import numpy
+    except ImportError:            # pragma: no cover - numpy is a test dependency
+        return None
+    return numpy
 
 
 class _Tables:

@@ -1416,15 +1416,16 @@ class Tokenizer(TiktokenMethods):
         a flat little-endian array of ids (numpy.fromfile(output_path, dtype) reads it).
         output_path may also be an open binary file or a file descriptor (sys.stdout.buffer,
         a socket's fileno()): the ids are written to it in place, after what it holds, and it
-        is left open.  dtype: None (uint16 when n_vocab <= 65536, else uint32), "uint16", "uint32" or a numpy
-        dtype.  Shows a progress bar on stderr when progress is true; Ctrl-C stops it (and the
-        output file is removed).  Memory does not grow with the file, but each thread adds
-        its word cache and buffers (~130 MB peak RSS on 2 threads, ~560 MB on 64): more
-        threads than cores cost memory and gain nothing.  Returns the number of ids written."""
+        is left open.  dtype: None (uint16 when n_vocab <= 65536, else uint32), "uint16",
+        "uint32" or a numpy dtype.  Shows a progress bar on stderr when progress is true;
+        Ctrl-C stops it (and the output file is removed).  Memory does not grow with the
+        file, but each thread adds its word cache and buffers (~130 MB peak RSS on 2 threads,
+        ~560 MB on 64): more threads than cores cost memory and gain nothing.  Returns the
+        number of ids written."""
         width = self._id_width(dtype)
         self._refuse_components("encode_file")
         in_path = os.fspath(input_path)
-        out_fd = formats.open_stream(output_path)
+        stream_fd = formats.open_stream(output_path)      # None: a path
         out_path = formats.output_name(output_path)
         # stat, not open: opening a named pipe here and closing it would lose its writer's
         # data before C opens it (a missing input: FileNotFoundError naming it)
@@ -1432,7 +1433,7 @@ class Tokenizer(TiktokenMethods):
         if stat.S_ISDIR(in_stat.st_mode):
             raise IsADirectoryError(errno.EISDIR, "the input is a directory", in_path)
         formats.refuse_compressed(in_path, in_stat, "encode --tokenizer TOKENIZER -o OUT")
-        _refuse_same_file(in_stat, in_path, out_path if out_fd is None else out_fd)
+        _refuse_same_file(in_stat, in_path, out_path if stream_fd is None else stream_fd)
         num_threads = _c_threads(num_threads)
         if self._cpattern == 0 or self._added is not None:
             return self._encode_file_py(in_path, output_path, width, progress)

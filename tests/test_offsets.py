@@ -293,7 +293,7 @@ def test_both_table_paths(path, monkeypatch):
         pytest.importorskip("numpy")
         monkeypatch.setattr(mod, "_NP_MIN", 0)
     else:
-        monkeypatch.setattr(mod, "_NUMPY", [None])          # as without numpy installed
+        monkeypatch.setattr(mod, "_numpy", lambda: None)    # as without numpy installed
     tok = TiktokenStandIn(tiktoken_encoding("o200k_base"))     # fresh, empty tables
     texts = TRICKY + ["", _corpus("multilingual", 0)[:20_000], "\U0001f600 " * 50, "日本"]
     for text in texts:
