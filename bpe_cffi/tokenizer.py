@@ -317,8 +317,8 @@ def _pairs_kept_whole(iterable):
         if not isinstance(chunk, str):
             hint = " (a file opened in binary mode? open it as text: open(path, " \
                 "encoding='utf-8'))" if isinstance(chunk, (bytes, bytearray)) else ""
-            raise TypeError(f"encode_iterable: the iterable gave a {type(chunk).__name__}, "
-                            f"not a str{hint}")
+            raise TypeError(f"encode_iterable: the iterable gave an item of type "
+                            f"{type(chunk).__name__}, not a str{hint}")
         if held:
             chunk, held = held + chunk, ""
         if chunk and "\ud800" <= chunk[-1] <= "\udbff":

@@ -207,8 +207,10 @@ def test_a_tail_without_a_cut_is_not_scanned_again_at_every_chunk(monkeypatch):
 
 def test_iterable_rejects_non_str():
     tok = ours("gpt2")
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="item of type bytes, not a str.*binary mode"):
         list(tok.encode_iterable(["ok", b"bytes"]))
+    with pytest.raises(TypeError, match="item of type int, not a str$"):
+        list(tok.encode_iterable(["ok", 3]))
     with pytest.raises(TypeError):
         list(tok.encode_iterable(io.BytesIO(b"abc\n")))
 
