@@ -21,8 +21,10 @@ import binascii
 import contextlib
 import json
 import errno
+import functools
 import io
 import os
+import re
 import stat
 from functools import lru_cache
 
@@ -280,19 +282,63 @@ def write_gpt2(vocab: dict, merges, vocab_path, merges_path) -> None:
 
 # ---- tiktoken ---------------------------------------------------------------------------
 
+_TIKTOKEN_LIMIT = 2 ** 32 - 1
+# The layout tiktoken writes: "base64 rank" and a newline, every line.
+_TIKTOKEN_PLAIN = re.compile(rb"(?:[A-Za-z0-9+/]+={0,2} [0-9]+\n)*(?:[A-Za-z0-9+/]+={0,2} [0-9]+)?")
+
+
+def _base64_decoder():
+    try:
+        binascii.a2b_base64(b"QQ==", strict_mode=True)
+    except TypeError:             # Python < 3.11
+        return binascii.a2b_base64
+    return functools.partial(binascii.a2b_base64, strict_mode=True)
+
+
 def read_tiktoken(path) -> dict:
     """A .tiktoken file -> {rank (= id): bytes}."""
     path = os.fspath(path)
     with open(path, "rb") as f:
         raw = f.read()
-    vocab = {}
-    a2b = binascii.a2b_base64
+    vocab = _read_tiktoken_plain(raw)
+    if vocab is None:          # another layout or something wrong: line by line, to say where
+        vocab = _read_tiktoken_lines(raw, path)
+    if not vocab:
+        raise ValueError(f"{path}:1: no tokens in the file")
+    if len(set(vocab.values())) != len(vocab):
+        seen = {}
+        for rank, tok in vocab.items():       # insertion order = line order
+            if tok in seen:
+                line = _tiktoken_line_of(raw, rank)
+                raise ValueError(f"{path}:{line}: duplicate token {tok!r} (ranks {seen[tok]} "
+                                 f"and {rank})")
+            seen[tok] = rank
+    return vocab
+
+
+def _read_tiktoken_plain(raw: bytes):
+    """The vocabulary of a file in tiktoken's own layout, read in bulk (twice as fast as line
+    by line), or None for a file in another layout or with a bad token or rank."""
+    if _TIKTOKEN_PLAIN.fullmatch(raw) is None:
+        return None
+    fields = raw.split()
     try:
-        a2b(b"QQ==", strict_mode=True)
-        strict = {"strict_mode": True}
-    except TypeError:             # Python < 3.11
-        strict = {}
-    limit = 2 ** 32 - 1
+        tokens = list(map(_base64_decoder(), fields[0::2]))
+    except (binascii.Error, ValueError):
+        return None
+    ranks = list(map(int, fields[1::2]))
+    if not all(tokens) or len(set(ranks)) != len(ranks) or \
+            max(ranks, default=0) >= _TIKTOKEN_LIMIT:
+        return None
+    return dict(zip(ranks, tokens))
+
+
+def _read_tiktoken_lines(raw: bytes, path: str) -> dict:
+    """The vocabulary of a .tiktoken file read line by line; ValueError naming the first bad
+    line."""
+    vocab = {}
+    a2b = _base64_decoder()
+    limit = _TIKTOKEN_LIMIT
     for lineno, line in enumerate(raw.split(b"\n"), 1):
         parts = line.split()
         if len(parts) != 2:
@@ -302,7 +348,7 @@ def read_tiktoken(path) -> dict:
             raise ValueError(f"{path}:{lineno}: expected 'base64-token rank', {what}")
         b64, r = parts
         try:
-            tok = a2b(b64, **strict)
+            tok = a2b(b64)
         except (binascii.Error, ValueError):
             tok = None
         if not tok:
@@ -314,16 +360,6 @@ def read_tiktoken(path) -> dict:
             raise ValueError(f"{path}:{lineno}: " + (f"duplicate rank {rank}" if rank in vocab
                                                      else f"rank {rank} is out of range"))
         vocab[rank] = tok
-    if not vocab:
-        raise ValueError(f"{path}:1: no tokens in the file")
-    if len(set(vocab.values())) != len(vocab):
-        seen = {}
-        for rank, tok in vocab.items():       # insertion order = line order
-            if tok in seen:
-                line = _tiktoken_line_of(raw, rank)
-                raise ValueError(f"{path}:{line}: duplicate token {tok!r} (ranks {seen[tok]} "
-                                 f"and {rank})")
-            seen[tok] = rank
     return vocab
 
 

@@ -11,7 +11,7 @@
  *     multiplicative hash of the 64-bit pair, load <= 1/2.  For BPE_RULE_MERGES it holds the
  *     merge list (rank = index; a pair listed twice keeps its LAST rank, as HF does).  For
  *     BPE_RULE_TIKTOKEN it holds, for every token T that merging can form, the one split of T
- *     into two tokens L + R that is ever merged (its "final split", see build_tiktoken),
+ *     into two tokens L + R that is ever merged (its "final split", see final_split.c),
  *     mapped to (rank T, id T) with rank == id: merging the lowest-ranked adjacent pair of
  *     tokens is then exactly tiktoken's rule, because every part tiktoken forms is a token.
  *   - pair_bits, two filter bytes per id built from the pair table (a one-hash Bloom filter
@@ -309,104 +309,7 @@ static int build_merges(bpe_tokenizer *tok, const bpe_spec *sp, size_t *bad)
     return rc;
 }
 
-/* ---- the tiktoken rule's pair table ---------------------------------------------------------
- * Under BPE_RULE_TIKTOKEN two adjacent tokens L, R merge (at rank T, into T) exactly when their
- * bytes together are a token T.  Yet of the splits of a token T into two tokens, only ONE can
- * ever be adjacent: the pair that BPE of T's own bytes merges
- * last, its FINAL SPLIT.  Proof: say the merge of some piece has L and R as adjacent symbols
- * covering T's bytes.  Nothing has crossed the ends of that span (symbols only grow), so every
- * merge made inside it was the lowest (rank, position) candidate of the whole piece, hence of
- * the span: BPE of T's bytes alone makes the same merges in the same order and so reaches
- * [L, R] too, whose only candidate is L + R -> T, its last merge.  A token whose own bytes do
- * not end as [T] (or hold a byte without a token) has no final split and is never formed.
- * So the table holds the final splits only: no merge of any piece ever looks up a pair left
- * out, so every result is that of the rule (the differential tests of test_c_core.py use
- * random vocabularies with shuffled ranks, where tokens have many splits).  o200k_base: 446,189
- * splits, 199,742 final ones, so the table is 8 MiB instead of 16 (cl100k_base: 4 instead of
- * 8) and its probes, most of the time of merging pieces that are not tokens, miss the cache
- * less.  Each final split comes from BPE of the token's bytes under the rule itself, two
- * adjacent symbols looked up as one token in the whole-token table (final_split).  (The
- * table of all splits, built first and used for that BPE, took two passes of lookups over
- * every split point of every token: o200k_base loaded in 0.9 s.) */
-
-/* rank[i] of final_split: the id of the token that symbols i and i + 1 make together (their
- * bytes p[start[i] .. start[i + 2]) are a token), else UINT32_MAX. */
-static void span_rank(const bpe_tokenizer *tok, const uint8_t *p, const uint32_t *start,
-                      size_t i, uint32_t *rank)
-{
-    const uint8_t *s = p + start[i];
-    size_t n = start[i + 2] - start[i];
-    uint32_t id = bpe_ordinary_lookup(tok, s, n, bpe_hash_bytes(s, n));
-    rank[i] = id == BPE_NO_ID ? UINT32_MAX : id;
-}
-
-/* The final split of the token whose bytes are p[0..n), n >= 2: BPE of the bytes by the plain
- * quadratic algorithm under the tiktoken rule (adjacent symbols merge when their bytes are a
- * token, lowest id first, leftmost on ties) ends by merging *left and *right.  Symbol i is
- * ids[i], covering p[start[i] .. start[i + 1]) (start[m] = n); ids, rank: room for n, start
- * for n + 1.  Returns 0 when it does not end in one token. */
-static int final_split(const bpe_tokenizer *tok, const uint8_t *p, size_t n, uint32_t *ids,
-                       uint32_t *start, uint32_t *rank, uint32_t *left, uint32_t *right)
-{
-    size_t m = n, i, b;
-    for (i = 0; i < n; i++) {
-        if ((ids[i] = tok->byte_id[p[i]]) == BPE_NO_ID)
-            return 0;
-        start[i] = (uint32_t)i;
-    }
-    start[n] = (uint32_t)n;
-    for (i = 0; i + 1 < n; i++)
-        span_rank(tok, p, start, i, rank);
-    for (;;) {
-        for (b = 0, i = 1; i + 1 < m; i++)
-            if (rank[i] < rank[b])
-                b = i;
-        if (rank[b] == UINT32_MAX)
-            return 0;
-        if (m == 2) {
-            *left = ids[0];
-            *right = ids[1];
-            return 1;
-        }
-        ids[b] = rank[b];
-        for (i = b + 1; i + 1 < m; i++) {   /* remove symbol b + 1 */
-            ids[i] = ids[i + 1];
-            rank[i] = rank[i + 1];
-        }
-        for (i = b + 1; i < m; i++)
-            start[i] = start[i + 1];
-        m--;
-        if (b + 1 < m)
-            span_rank(tok, p, start, b, rank);
-        if (b > 0)
-            span_rank(tok, p, start, b - 1, rank);
-    }
-}
-
-/* Writes the final split of every ordinary token into split[2i], split[2i + 1] (BPE_NO_ID
- * when it has none); *kept = how many have one.  BPE_OK or BPE_ERR_NOMEM. */
-static int final_splits(const bpe_tokenizer *tok, const bpe_spec *sp, uint32_t *split,
-                        size_t *kept)
-{
-    size_t i, longest = 2;
-    uint32_t *work;
-    for (i = 0; i < sp->n_tokens; i++)
-        if (tok->by_id[sp->token_ids[i]].len > longest)
-            longest = tok->by_id[sp->token_ids[i]].len;
-    if (longest > (SIZE_MAX / sizeof *work - 1) / 3 ||
-        (work = malloc((3 * longest + 1) * sizeof *work)) == NULL)
-        return BPE_ERR_NOMEM;
-    *kept = 0;
-    for (i = 0; i < sp->n_tokens; i++) {
-        const bpe_token_ref *r = &tok->by_id[sp->token_ids[i]];
-        split[2 * i] = split[2 * i + 1] = BPE_NO_ID;
-        if (r->len >= 2 && final_split(tok, tok->bytes + r->off, r->len, work, work + longest,
-                                       work + 2 * longest + 1, &split[2 * i], &split[2 * i + 1]))
-            (*kept)++;
-    }
-    free(work);
-    return BPE_OK;
-}
+/* ---- the tiktoken rule's pair table: the final splits of final_split.c ---------------- */
 
 static int build_tiktoken(bpe_tokenizer *tok, const bpe_spec *sp)
 {
@@ -416,7 +319,7 @@ static int build_tiktoken(bpe_tokenizer *tok, const bpe_spec *sp)
     if (n > SIZE_MAX / (2 * sizeof *split) ||
         (split = malloc(2 * (n ? n : 1) * sizeof *split)) == NULL)
         return BPE_ERR_NOMEM;
-    if ((rc = final_splits(tok, sp, split, &kept)) == BPE_OK)
+    if ((rc = bpe_final_splits(tok, sp, split, &kept)) == BPE_OK)
         rc = new_pair_table(tok, kept);
     for (i = 0; rc == BPE_OK && i < n; i++)
         if (split[2 * i] != BPE_NO_ID)

@@ -204,4 +204,10 @@ static inline const bpe_byte_pair *bpe_byte_pair_of(const bpe_tokenizer *tok, ui
  * BPE_NO_ID. */
 uint32_t bpe_ordinary_lookup(const bpe_tokenizer *tok, const uint8_t *p, size_t n, uint64_t h);
 
+/* The final split of each of sp's ordinary tokens, for the tiktoken rule's pair table
+ * (final_split.c): split[2i], split[2i + 1] for token i, BPE_NO_ID when it has none;
+ * *kept = how many have one.  BPE_OK or BPE_ERR_NOMEM. */
+int bpe_final_splits(const bpe_tokenizer *tok, const bpe_spec *sp, uint32_t *split,
+                     size_t *kept);
+
 #endif

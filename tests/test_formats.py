@@ -129,6 +129,41 @@ def test_bad_tiktoken(tmp_path, mutate, match):
         Tokenizer.from_tiktoken(p, pattern="gpt2")
 
 
+@pytest.mark.parametrize("name", ["cl100k_base.tiktoken", "o200k_base.tiktoken"])
+def test_tiktoken_bulk_reader_real_files(name):
+    """read_tiktoken parses tiktoken's own layout in bulk: the same vocabulary as the line
+    by line reader."""
+    from conftest import vocab_path
+    from bpe_cffi import formats
+    raw = vocab_path(name).read_bytes()
+    assert formats._read_tiktoken_plain(raw) is not None
+    assert formats.read_tiktoken(vocab_path(name)) == formats._read_tiktoken_lines(raw, name)
+
+
+def test_tiktoken_bulk_reader_equals_line_reader(tmp_path):
+    """Every layout gives the same vocabulary, whichever reader takes it, and a bad rank or
+    base64 in tiktoken's own layout still gets its line named."""
+    from bpe_cffi import formats
+    vocab = {i: bytes([i]) for i in range(256)} | {300: b"ab", 257: b"xyz"}
+    lines = tiktoken_lines(vocab).split(b"\n")
+    layouts = {
+        "plain": b"\n".join(lines) + b"\n",
+        "no final newline": b"\n".join(lines),
+        "crlf": b"\r\n".join(lines),
+        "tabs and blank lines": b"\n\n".join(x.replace(b" ", b"\t ") for x in lines),
+        "zero-padded ranks": b"\n".join(x.replace(b" ", b" 000") for x in lines),
+    }
+    for what, data in layouts.items():
+        p = write(tmp_path, "v.tiktoken", data)
+        assert formats.read_tiktoken(p) == vocab, what
+    for bad, match in ((b"QQ= 5", r"v.tiktoken:6: bad base64"),
+                       (b"QQ== 4294967295", r"v.tiktoken:6: rank 4294967295 is out of range"),
+                       (b"QUJD 9", r"v.tiktoken:10: duplicate rank 9")):
+        p = write(tmp_path, "v.tiktoken", b"\n".join(lines[:5] + [bad] + lines[6:]))
+        with pytest.raises(ValueError, match=match):
+            formats.read_tiktoken(p)
+
+
 def test_truncated_files(tmp_path):
     from conftest import vocab_path
     raw = vocab_path("cl100k_base.tiktoken").read_bytes()
