@@ -6,8 +6,9 @@ setup(
     cffi_modules=["build_ffi.py:ffibuilder"],
     # Fast id lists (csrc/pyext/idlist.c).  Optional: if it cannot be compiled, bpe_cffi
     # falls back to memoryview.tolist (same results, slower).
-    ext_modules=[Extension("bpe_cffi._idlist", ["csrc/pyext/idlist.c"],
-                           # headers shared with the C core
-                           depends=["csrc/utf8_char.h"],
+    ext_modules=[Extension("bpe_cffi._idlist",
+                           ["csrc/pyext/idlist.c", "csrc/pyext/tiktoken_file.c"],
+                           # headers shared with the C core, and its own
+                           depends=["csrc/utf8_char.h", "csrc/pyext/tiktoken_file.h"],
                            extra_compile_args=["-O2", "-Wall", "-Wextra"], optional=True)],
 )

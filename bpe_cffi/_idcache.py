@@ -61,6 +61,12 @@ def ids_from_le_bytes(data) -> list:
     return _idlist.ids_from_le_bytes(data, _CACHE)
 
 
+def parse_tiktoken(raw: bytes):
+    """{rank: token bytes} of a .tiktoken file's bytes in tiktoken's layout, or None when
+    they are not entirely in it or without the helper (see csrc/pyext/tiktoken_file.c)."""
+    return _idlist.parse_tiktoken(raw) if FAST else None
+
+
 def ascii_address(text) -> int:
     """The address of an exact str's characters when they are all ASCII (then they are its
     UTF-8), else 0; 0 as well without the helper.  Valid while the caller holds text."""

@@ -129,12 +129,19 @@ def test_bad_tiktoken(tmp_path, mutate, match):
         Tokenizer.from_tiktoken(p, pattern="gpt2")
 
 
+def _needs_the_helper():
+    from bpe_cffi import _idcache
+    if not _idcache.FAST:
+        pytest.skip("the helper extension (csrc/pyext) is not built")
+
+
 @pytest.mark.parametrize("name", ["cl100k_base.tiktoken", "o200k_base.tiktoken"])
 def test_tiktoken_bulk_reader_real_files(name):
-    """read_tiktoken parses tiktoken's own layout in bulk: the same vocabulary as the line
-    by line reader."""
+    """read_tiktoken parses tiktoken's own layout in C: the same vocabulary as the line by
+    line reader."""
     from conftest import vocab_path
     from bpe_cffi import formats
+    _needs_the_helper()
     raw = vocab_path(name).read_bytes()
     assert formats._read_tiktoken_plain(raw) is not None
     assert formats.read_tiktoken(vocab_path(name)) == formats._read_tiktoken_lines(raw, name)
@@ -162,6 +169,31 @@ def test_tiktoken_bulk_reader_equals_line_reader(tmp_path):
         p = write(tmp_path, "v.tiktoken", b"\n".join(lines[:5] + [bad] + lines[6:]))
         with pytest.raises(ValueError, match=match):
             formats.read_tiktoken(p)
+
+
+def test_tiktoken_c_reader_base64_and_ranks():
+    """The C reader decodes what binascii does (every padding, random bytes) and gives up
+    (None) on every line that strict base64 or the rank rule refuses, so the line by line
+    reader can name it."""
+    import random
+    from bpe_cffi import formats
+    _needs_the_helper()
+    rng = random.Random(5)
+    vocab = {}
+    while len(vocab) < 3000:
+        vocab[rng.randrange(2 ** 32 - 1)] = bytes(rng.randrange(256)
+                                                  for _ in range(rng.randrange(1, 40)))
+    raw = b"\n".join(base64.b64encode(b) + b" " + str(i).encode() for i, b in vocab.items())
+    assert formats._read_tiktoken_plain(raw) == vocab
+    assert formats._read_tiktoken_plain(raw + b"\n") == vocab
+    assert formats._read_tiktoken_plain(b"") == {}
+    for line in [b"QQ= 1", b"QQ 1", b"Q=== 1", b"=QQQ 1", b"QQ=Q 1", b"QQ==QUJD 1", b"Q!== 1",
+                 b"QQ==", b"QQ== ", b"QQ== -1", b"QQ== 1x", b"QQ== 4294967295",
+                 b"QQ== 99999999999999999999", b" QQ== 1", b"QQ==  1", b"QQ== 1 ", b"QQ==\t1",
+                 b"QQ== 1\r", b"", b"QUJD 2\nQUJE 2"]:
+        assert formats._read_tiktoken_plain(b"QUI= 0\n" + line + b"\nQUJDRA== 7") is None, line
+    assert formats._read_tiktoken_plain(b"QUI= 0\nQQ== 4294967294") == \
+        {0: b"AB", 4294967294: b"A"}
 
 
 def test_truncated_files(tmp_path):

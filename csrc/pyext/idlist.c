@@ -37,6 +37,8 @@
  * UTF-8 bytes, checking them as strictly as Python's decoder, and pack_batch_reply writes an
  * encode_batch reply (a msgpack map) straight from the ids C returned; ids_from_le_bytes is
  * the client's side, packed ids back into a list.
+ *
+ * For loading vocabularies: parse_tiktoken (tiktoken_file.c) reads a .tiktoken file.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -44,6 +46,7 @@
 #include <string.h>
 
 #include "../utf8_char.h"
+#include "tiktoken_file.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -1048,6 +1051,8 @@ static PyMethodDef methods[] = {
      "join_utf8_bytes(list of bytes) -> (bytes, size_t ends) or None"},
     {"pack_batch_reply", pack_batch_reply, METH_VARARGS,
      "pack_batch_reply(packed_id, ids_address, ends_address, first, count) -> bytes"},
+    {"parse_tiktoken", bpe_py_parse_tiktoken, METH_O,
+     "parse_tiktoken(data) -> {rank: token bytes} or None (see tiktoken_file.c)"},
     {NULL, NULL, 0, NULL},
 };
 
