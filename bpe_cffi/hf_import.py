@@ -362,10 +362,12 @@ def _vocab_and_merges(model, special, byte_level, path, text, fail):
     # added tokens may also appear in model.vocab, as raw strings: they are special here,
     # and stay model tokens too when the merges use or make them (HF's add_tokens(["ing"])
     # of a token the model has: the model still merges "in" + "g" into it)
-    in_merges = formats.merge_names(_merge_pairs(raw_merges),
-                                    model.get("continuing_subword_prefix") or "")
-    raw_vocab = {s: i for s, i in raw_vocab.items()
-                 if not (s in special and special[s] == i and s not in in_merges)}
+    also_added = {s for s, i in special.items() if raw_vocab.get(s, -1) == i}
+    if also_added:
+        in_merges = formats.merge_names(_merge_pairs(raw_merges),
+                                        model.get("continuing_subword_prefix") or "")
+        raw_vocab = {s: i for s, i in raw_vocab.items()
+                     if not (s in also_added and s not in in_merges)}
     if byte_level:
         vocab = formats.vocab_from_token_strings(raw_vocab, path, text)
 
@@ -385,35 +387,48 @@ def _vocab_and_merges(model, special, byte_level, path, text, fail):
         if by_bytes.get(b, i) != i and not byte_level:   # (byte-level: token strings differ)
             fail(f"added token {s!r} (id {i}) is also the model's token {by_bytes[b]}: "
                  f"unsupported")
+    # the bytes of each token string, first those of the vocabulary (merges name them)
+    cache = dict(zip(raw_vocab, map(vocab.__getitem__, raw_vocab.values())))
     merges = []
-    cache = {}
+    append = merges.append
     for k, m in enumerate(raw_merges):
-        if isinstance(m, str):
-            parts = m.split(" ")
-        elif isinstance(m, list):
-            parts = m
-        else:
-            parts = None
-        if not parts or len(parts) != 2 or not all(isinstance(p, str) and p for p in parts):
-            fail(f"model.merges[{k}] must be two tokens, found {m!r}")
-        pair = []
-        for p in parts:
-            b = cache.get(p)
-            if b is None:
-                b = cache[p] = to_bytes(p, f"{path}: model.merges[{k}]")
-            pair.append(b)
-        merges.append((pair[0], pair[1]))
+        try:             # the usual case: two token strings of the vocabulary
+            a, b = m.split(" ") if type(m) is str else m if type(m) is list else ()
+            append((cache[a], cache[b]))
+        except (KeyError, TypeError, ValueError):
+            append(_merge_bytes(k, m, cache, to_bytes, path, fail))
     return vocab, merges
 
 
-def _merge_pairs(raw_merges):
+def _merge_bytes(k, m, cache, to_bytes, path, fail):
+    """The (left, right) bytes of model.merges[k], checked; cache: token string -> bytes."""
+    if isinstance(m, str):
+        parts = m.split(" ")
+    elif isinstance(m, list):
+        parts = m
+    else:
+        parts = None
+    if not parts or len(parts) != 2 or not all(isinstance(p, str) and p for p in parts):
+        fail(f"model.merges[{k}] must be two tokens, found {m!r}")
+    pair = []
+    for p in parts:
+        b = cache.get(p)
+        if b is None:
+            b = cache[p] = to_bytes(p, f"{path}: model.merges[{k}]")
+        pair.append(b)
+    return pair[0], pair[1]
+
+
+def _merge_pairs(raw_merges) -> list:
     """The (left, right) token strings of the well-formed entries of model.merges (either
     form); the others are left to the merges' check."""
+    pairs = []
     for m in raw_merges:
-        parts = m.split(" ") if isinstance(m, str) else m
-        if isinstance(parts, list) and len(parts) == 2 and all(isinstance(p, str)
-                                                               for p in parts):
-            yield parts[0], parts[1]
+        parts = m.split(" ") if type(m) is str else m
+        if type(parts) is list and len(parts) == 2 and type(parts[0]) is str and \
+                type(parts[1]) is str:
+            pairs.append(parts)
+    return pairs
 
 
 def _text_vocab(raw_vocab, path, text) -> dict:

@@ -196,6 +196,25 @@ def test_tiktoken_c_reader_base64_and_ranks():
         {0: b"AB", 4294967294: b"A"}
 
 
+def test_vocab_json_bulk_equals_checked():
+    """vocab_from_token_strings makes the vocabulary a list at a time when every entry is
+    good: the same dict as its entry by entry loop, byte-level or not."""
+    from conftest import vocab_path
+    from bpe_cffi import formats
+    pairs = list(json.loads(vocab_path("gpt2_vocab.json").read_text("utf-8")).items())
+    bulk = formats._vocab_in_bulk(pairs, True)
+    assert bulk is not None and len(bulk) == 50257
+    assert bulk == formats._vocab_checked(pairs, "v", None, True)
+    text_pairs = [("a", 0), ("\u00e9t\u00e9", 5), ("\U0001F600", 2), ("\ud800x", 9)]
+    assert formats._vocab_in_bulk(text_pairs, False) == \
+        formats._vocab_checked(text_pairs, "v", None, False)
+    for bad in ([("a", 0), ("b", 0)], [("a", 0), ("a", 1)], [("a", True)], [("", 0)],
+                [("a", -1)], [("a", 2 ** 32 - 1)], [("\u2603", 0)], [("a", 0), ("a b", 1)]):
+        assert formats._vocab_in_bulk(bad, True) is None, bad
+        with pytest.raises(ValueError):
+            formats._vocab_checked(bad, "v", None, True)
+
+
 def test_truncated_files(tmp_path):
     from conftest import vocab_path
     raw = vocab_path("cl100k_base.tiktoken").read_bytes()
