@@ -24,9 +24,10 @@ a .tiktoken file written by `bpe-cffi train`).  Ctrl-C or SIGTERM stops the job 
 removes the partial output (standard output keeps what was written).
 
 --tokenizer accepts any file `bpe_cffi.load` reads: a tokenizer.json (as written by
-Tokenizer.save), a GPT-2 vocab.json (merges.txt is looked for beside it), or a .tiktoken file
-(the split pattern is inferred for the standard 50k/100k/200k vocabularies; otherwise give
---pattern).
+Tokenizer.save), a GPT-2 vocab.json (merges.txt is looked for beside it; the split pattern is
+the one its first line records, as `bpe-cffi train --format gpt2` writes it, else gpt2), or a
+.tiktoken file (the split pattern is inferred for the standard 50k/100k/200k vocabularies;
+otherwise give --pattern).
 """
 
 

@@ -25,7 +25,8 @@ output formats (--format):
             tokenizers.Tokenizer.from_file)
   tiktoken  OUT is a .tiktoken file: one "base64(token) id" line per ordinary token
             (special tokens are not part of this format; pass them again when loading)
-  gpt2      OUT names vocab.json; merges.txt is written beside it
+  gpt2      OUT names vocab.json; merges.txt is written beside it (a --pattern other than
+            gpt2 is recorded in its first line, which other readers skip)
 """
 
 EPILOG = """\
@@ -97,7 +98,7 @@ def write_output(fmt: str, out: str, vocab, merges, special_tokens, pattern,
         return [out]
     if fmt == "gpt2":
         merges_path = os.path.join(os.path.dirname(os.path.abspath(out)), "merges.txt")
-        formats.write_gpt2(vocab, merges, out, merges_path)
+        formats.write_gpt2(vocab, merges, out, merges_path, pattern=pattern)
         return [out, merges_path]
     from .tokenizer import Tokenizer
     Tokenizer(vocab, merges, special_tokens, pattern=pattern).save(out)

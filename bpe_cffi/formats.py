@@ -256,6 +256,24 @@ def read_gpt2_merges(path, with_lines: bool = False, byte_level: bool = True):
     return (merges, lines) if with_lines else merges
 
 
+def recorded_pattern(merges_path):
+    """The split pattern that merges.txt's first line records (see write_gpt2), or None."""
+    path = os.fspath(merges_path)
+    with open(path, "rb") as f:
+        first = f.readline(1 << 20).decode("utf-8", "replace").rstrip("\r\n")
+    if not first.startswith("#version") or _PATTERN_MARK not in first:
+        return None
+    value = first.split(_PATTERN_MARK, 1)[1]
+    try:
+        pattern = json.loads(value)
+    except ValueError:
+        pattern = None
+    if not isinstance(pattern, str) or not pattern:
+        raise ValueError(f"{path}:1: the split pattern recorded after '{_PATTERN_MARK.strip()}' "
+                         f"is not a JSON string: {value[:60]!r}")
+    return pattern
+
+
 def merge_names(pairs, prefix="") -> set:
     """Every token a merge list names: both parts of each merge (a, b) and its result, a + b
     with b's continuing-subword prefix cut (HF's rule; a + b whole is kept too).  pairs and
@@ -305,12 +323,26 @@ def check_merges(vocab: dict, merges, where: str = "merges",
     return out
 
 
-def write_gpt2(vocab: dict, merges, vocab_path, merges_path) -> None:
-    """Writes vocab.json + merges.txt ({id: bytes}, [(bytes, bytes)])."""
+# merges.txt's first line is "#version: 0.2", which every reader skips (HF, GPT-2's own
+# encoder.py, ours).  The format has no place for the split pattern, so a vocabulary trained
+# with another pattern than GPT-2's gets it recorded there, after this mark, as a JSON string
+# (a name or a regex): from_files and load read it back, and other readers still skip it.
+_PATTERN_MARK = " bpe_cffi-pattern="
+
+
+def write_gpt2(vocab: dict, merges, vocab_path, merges_path, pattern: str = None) -> None:
+    """Writes vocab.json + merges.txt ({id: bytes}, [(bytes, bytes)]); a split pattern other
+    than GPT-2's (a name or a regex) is recorded in merges.txt's first line."""
+    from . import patterns
+    header = "#version: 0.2"
+    if pattern is not None:
+        name, regex_str, _ = patterns.resolve(pattern)
+        if name != "gpt2":
+            header += _PATTERN_MARK + json.dumps(name or regex_str)
     data = {bytes_to_token_str(b): i for i, b in sorted(vocab.items())}
     atomic_write(vocab_path, json.dumps(data, ensure_ascii=False).encode("utf-8"))
-    lines = ["#version: 0.2"] + [f"{bytes_to_token_str(a)} {bytes_to_token_str(b)}"
-                                 for a, b in merges]
+    lines = [header] + [f"{bytes_to_token_str(a)} {bytes_to_token_str(b)}"
+                        for a, b in merges]
     atomic_write(merges_path, ("\n".join(lines) + "\n").encode("utf-8"))
 
 

@@ -38,12 +38,13 @@ def resolve(pattern: str) -> tuple:
     for known, (regex, cid) in BUILTIN.items():
         if pattern == regex:
             return known, regex, cid
-    meant = _name_meant(pattern)
-    if meant is not None:
-        raise ValueError(f"pattern {pattern!r} is not a pattern name; did you mean {meant!r}? "
-                         f"(names: gpt2, cl100k, o200k, and tiktoken's r50k_base, p50k_base, "
-                         f"cl100k_base, o200k_base.  As a regex it would match only the text "
-                         f"{pattern!r}; write (?:{pattern}) if that is what you want.)")
+    if _is_word(pattern):              # meant as a name: a regex of it matches itself only
+        meant = _name_meant(pattern)
+        guess = f"; did you mean {meant!r}?" if meant else ""
+        raise ValueError(f"pattern {pattern!r} is not a pattern name{guess} (names: gpt2, "
+                         f"cl100k, o200k, and tiktoken's r50k_base, p50k_base, cl100k_base, "
+                         f"o200k_base.  As a regex it would match only the text {pattern!r}; "
+                         f"write (?:{pattern}) if that is what you want.)")
     import regex as _regex
     try:
         _regex.compile(pattern)
@@ -57,11 +58,15 @@ def _squeezed(name: str) -> str:
     return "".join(c for c in name.lower() if c.isalnum())
 
 
+def _is_word(pattern: str) -> bool:
+    """True for a short string of letters, digits, '-', '_' and spaces: written as a name
+    ("gpt3", "GPT-2"), since a regex with any syntax has some other character."""
+    return 0 < len(pattern) <= 20 and all(c.isalnum() or c in "-_ " for c in pattern)
+
+
 def _name_meant(pattern: str):
-    """The pattern name that `pattern` misspells by case, '-', '_' or spaces ("gpt-2",
-    "GPT2", "cl100k-base"), or None."""
-    if len(pattern) > 20 or not all(c.isalnum() or c in "-_ " for c in pattern):
-        return None                    # a regex with any syntax was written as one
+    """The pattern name that `pattern` (a word, _is_word) misspells by case, '-', '_' or
+    spaces ("gpt-2", "GPT2", "cl100k-base"), or None."""
     squeezed = _squeezed(pattern)
     for name in [*BUILTIN, *ALIASES]:
         if _squeezed(name) == squeezed:

@@ -638,12 +638,16 @@ class Tokenizer(TiktokenMethods):
 
     @classmethod
     def from_files(cls, vocab_filepath, merges_filepath, special_tokens=None, *,
-                   pattern: str = "gpt2", byte_level: bool = True, **kw) -> "Tokenizer":
+                   pattern: str = None, byte_level: bool = True, **kw) -> "Tokenizer":
         """GPT-2 style vocab.json + merges.txt (byte-to-unicode alphabet; with
-        byte_level=False the token text literally).  Other keywords as for Tokenizer()."""
+        byte_level=False the token text literally).  pattern: by default the one that
+        merges.txt records (save_gpt2 and `bpe-cffi train --format gpt2` record one other
+        than GPT-2's), else gpt2.  Other keywords as for Tokenizer()."""
         vocab = formats.read_gpt2_vocab(vocab_filepath, byte_level=byte_level)
         merges, lines = formats.read_gpt2_merges(merges_filepath, with_lines=True,
                                                  byte_level=byte_level)
+        if pattern is None:
+            pattern = formats.recorded_pattern(merges_filepath) or "gpt2"
         try:
             return cls(vocab, merges, special_tokens, pattern=pattern, byte_level=byte_level,
                        **kw)
@@ -1962,9 +1966,10 @@ class Tokenizer(TiktokenMethods):
 
     def save_gpt2(self, vocab_path, merges_path) -> None:
         """Write GPT-2 style vocab.json + merges.txt (special tokens included in vocab.json).
-        The format holds a byte-level vocabulary and its merges, nothing else: the split
-        pattern is given again when loading (from_files(..., pattern=)); a tokenizer with
-        options or components it cannot hold is refused (ValueError): save() it instead."""
+        The format holds a byte-level vocabulary and its merges; a split pattern other than
+        GPT-2's is recorded in merges.txt's first line, where other readers skip it, and
+        from_files / load use it.  A tokenizer with options or components the format cannot
+        hold is refused (ValueError): save() it instead."""
         o = self._opts
         lost = [name for name, value in (
             ("byte_level=False", not o["byte_level"]), ("dropout", o["dropout"]),
@@ -1977,7 +1982,8 @@ class Tokenizer(TiktokenMethods):
             raise ValueError(f"save_gpt2: the GPT-2 vocab.json + merges.txt format cannot hold "
                              f"{', '.join(lost)}; a tokenizer loaded from it would give other "
                              f"ids: use save() (tokenizer.json)")
-        formats.write_gpt2(self.vocab, self.merges, vocab_path, merges_path)
+        formats.write_gpt2(self.vocab, self.merges, vocab_path, merges_path,
+                           pattern=self._pattern_name or self._pattern_regex)
 
 
 def _is_ours(pre_tokenizer) -> bool:
@@ -2101,7 +2107,7 @@ def load(path, *, pattern: str = None, special_tokens=None, **kw) -> Tokenizer:
         if len(path) != 2:
             raise ValueError("load: a tuple must be (vocab.json, merges.txt)")
         return Tokenizer.from_files(path[0], path[1], special_tokens,
-                                    pattern=pattern or "gpt2", **kw)
+                                    pattern=pattern, **kw)
     p = os.fspath(path)
     if not os.path.exists(p):
         raise FileNotFoundError(2, "No such file or directory", p)
@@ -2123,7 +2129,7 @@ def load(path, *, pattern: str = None, special_tokens=None, **kw) -> Tokenizer:
     candidates = merges_candidates(p)
     for m in candidates:
         if os.path.exists(m):
-            return Tokenizer.from_files(p, m, special_tokens, pattern=pattern or "gpt2", **kw)
+            return Tokenizer.from_files(p, m, special_tokens, pattern=pattern, **kw)
     raise FileNotFoundError(2, f"{p} is a vocab.json but no merges file was found beside it "
                                f"(tried {', '.join(candidates)}); pass (vocab, merges)",
                             candidates[0])

@@ -99,6 +99,14 @@ def test_save_gpt2_files_roundtrip(tmp_path):
     back = load(tmp_path / "vocab.json", special_tokens=["<|endoftext|>", "<|pad|>"])
     for s in random_texts(seed=2, n=100):
         assert back.encode(s) == tok.encode(s)
+    # a pattern other than GPT-2's is recorded in merges.txt and comes back with the files
+    for pattern in ("o200k", r"\S+|\s+"):
+        other = Tokenizer(tok.vocab, tok.merges, ["<|endoftext|>"], pattern=pattern)
+        other.save_gpt2(tmp_path / "vocab.json", tmp_path / "merges.txt")
+        back = load(tmp_path / "vocab.json", special_tokens=["<|endoftext|>"])
+        assert back.pattern == other.pattern
+        for s in random_texts(seed=3, n=50) + ["HelloWorld 12345 don'T"]:
+            assert back.encode(s) == other.encode(s)
 
 
 def test_save_gpt2_refuses_what_the_format_cannot_hold(tmp_path):

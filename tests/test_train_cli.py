@@ -122,6 +122,10 @@ def test_a_misspelt_pattern_name_is_refused_and_a_pattern_matching_nothing_said(
         r = cli(a, "--vocab-size", 300, "--pattern", typo, "-o", tmp_path / "o.json")
         assert r.returncode == 1 and f"did you mean {meant!r}" in r.stderr, r.stderr
         assert "counting" not in r.stderr
+    for word in ("gpt3", "gpt-4", "llama 3"):        # a word that is no name: refused too
+        r = cli(a, "--vocab-size", 300, "--pattern", word, "-o", tmp_path / "o.json")
+        assert r.returncode == 1 and f"pattern {word!r} is not a pattern name (names:" \
+            in r.stderr, r.stderr
     assert not (tmp_path / "o.json").exists()
     r = cli(a, "--vocab-size", 300, "--pattern", "(?:gpt-2)", "-o", tmp_path / "o.json")
     assert r.returncode == 0 and "matched none of it" in r.stderr, r.stderr
@@ -190,6 +194,48 @@ def test_gpt2_format_loads_in_hf(tmp_path, corpus):
     for piece in set(regex.findall(GPT2, text)):
         ours = [by_bytes[t] for t in merges_encode(piece.encode("utf-8"), merge_rank)]
         assert hf.encode(piece).ids == ours, piece
+
+
+def test_gpt2_format_records_a_pattern_other_than_gpt2(tmp_path, corpus):
+    """vocab.json + merges.txt has no place for the split pattern: trained with cl100k, the
+    files were loaded (and `bpe-cffi encode` ran) with GPT-2's, silently other ids.  Now
+    merges.txt's first line records it and loading uses it; with gpt2 the line is plain."""
+    from bpe_cffi import Tokenizer, formats, load
+    for pattern, recorded in (("cl100k", "cl100k"), ("gpt2", None), (GPT2_PY, GPT2_PY)):
+        d = tmp_path / str(recorded is None) / ("re" if recorded == GPT2_PY else "name")
+        d.mkdir(parents=True)
+        r = cli(corpus, "--vocab-size", 600, "--pattern", pattern, "--format", "gpt2",
+                "--special-token", "<|endoftext|>", "-q", "-o", d / "vocab.json")
+        assert r.returncode == 0, r.stderr
+        first = (d / "merges.txt").read_text(encoding="utf-8").split("\n", 1)[0]
+        assert first.startswith("#version: 0.2")
+        assert formats.recorded_pattern(d / "merges.txt") == recorded
+        if recorded is None:
+            assert first == "#version: 0.2"
+        vocab, merges = train_bpe(corpus, 600, ["<|endoftext|>"], pattern=pattern)
+        want = Tokenizer(vocab, merges, ["<|endoftext|>"], pattern=pattern)
+        text = corpus.read_text(encoding="utf-8")[:20_000] + " 12345 don'T\r\n\r\nx"
+        for tok in (load(d / "vocab.json", special_tokens=["<|endoftext|>"]),
+                    Tokenizer.from_files(d / "vocab.json", d / "merges.txt",
+                                         ["<|endoftext|>"])):
+            assert tok.encode(text) == want.encode(text), pattern
+        enc = subprocess.run([sys.executable, "-m", "bpe_cffi", "encode", "--tokenizer",
+                              str(d / "vocab.json"), "--special-token", "<|endoftext|>",
+                              str(corpus), "-o", str(d / "ids.bin"), "-q"],
+                             capture_output=True, text=True, env=ENV)
+        assert enc.returncode == 0, enc.stderr
+        import array
+        ids = array.array("H", (d / "ids.bin").read_bytes())
+        assert ids.tolist() == want.encode(corpus.read_text(encoding="utf-8")), pattern
+    # the pattern given when loading replaces the recorded one; a bad record is an error
+    d = tmp_path / "False" / "name"
+    o200k = Tokenizer.from_files(d / "vocab.json", d / "merges.txt", pattern="o200k")
+    assert "pattern=o200k," in repr(o200k) and "pattern=cl100k," in repr(load(d / "vocab.json"))
+    lines = (d / "merges.txt").read_text(encoding="utf-8").split("\n")
+    (d / "merges.txt").write_text("\n".join(["#version: 0.2 bpe_cffi-pattern=cl100k"]
+                                            + lines[1:]), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"merges.txt:1: the split pattern recorded"):
+        load(d / "vocab.json")
 
 
 def test_hf_json_format(tmp_path, corpus):
