@@ -644,6 +644,18 @@ def atomic_output(path, *, fsync: bool = True):
         _fsync_directory(directory)
 
 
+def input_path(value, caller: str) -> str:
+    """os.fspath(value) of an input file's path; a TypeError saying to pass the path when
+    value is an open file (os.fspath's "expected str, bytes or os.PathLike" does not, and a
+    list of paths taken from an open text file would be its lines)."""
+    if hasattr(value, "read") and not isinstance(value, (str, bytes, os.PathLike)):
+        name = getattr(value, "name", None)
+        hint = f" ({name!r})" if isinstance(name, str) else ""
+        raise TypeError(f"{caller} reads a file by its path, not an open "
+                        f"{type(value).__name__}{hint}: pass the path")
+    return os.fspath(value)
+
+
 def _is_file_object(target) -> bool:
     """An open file given as an output (it has fileno()), not a path."""
     return hasattr(target, "fileno") and not isinstance(target, (str, bytes, os.PathLike))
@@ -665,7 +677,12 @@ def open_stream(target):
             raise TypeError("the output file is open in text mode: ids are binary (use "
                             "its .buffer, or open it with 'wb')")
         target.flush()
-        fd = target.fileno()
+        try:
+            fd = target.fileno()
+        except io.UnsupportedOperation:
+            raise TypeError(f"the output {type(target).__name__} has no file descriptor: ids "
+                            f"are written to a path, a descriptor or a file on one (for ids "
+                            f"in memory, encode() the text or use encode_to_numpy())") from None
     else:
         return None
     os.fstat(fd)                         # OSError (EBADF) for a descriptor that is not open

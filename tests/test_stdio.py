@@ -259,3 +259,25 @@ def test_text_that_starts_like_a_compressed_file_is_still_text(tmp_path):
     assert tok.encode_file(src, tmp_path / "out.bin", progress=False) == len(tok.encode(text))
     assert formats.compressed_format(text.encode()[:10]) is None
     assert formats.compressed_format(b"") is None
+
+
+def test_open_files_where_a_path_is_read_and_files_without_a_descriptor(tmp_path, src):
+    """An open file given as the input of encode_file or train_bpe is refused saying to pass
+    the path (train_bpe took an open text file's lines for paths: "No such file: '\\n'"),
+    and an output without a descriptor (io.BytesIO) says so (it was UnsupportedOperation:
+    fileno)."""
+    import io
+    from bpe_cffi import train_bpe
+    tok = gpt2("C")
+    with open(src, "rb") as f:
+        with pytest.raises(TypeError, match=r"encode_file reads a file by its path, not an "
+                                            r"open BufferedReader \('.*in.txt'\)"):
+            tok.encode_file(f, tmp_path / "a.bin", progress=False)
+    with open(src, encoding="utf-8") as f:
+        for arg in (f, [f], [str(src), f]):
+            with pytest.raises(TypeError, match=r"train_bpe reads a file by its path, not an "
+                                                r"open TextIOWrapper"):
+                train_bpe(arg, 300)
+    with pytest.raises(TypeError, match=r"the output BytesIO has no file descriptor"):
+        tok.encode_file(src, io.BytesIO(), progress=False)
+    assert not (tmp_path / "a.bin").exists()
