@@ -42,8 +42,8 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from . import formats
-    from ._cli_encode import _is_gpt2_vocab, input_path, refuse_tokenizer_as_output
-    from .tokenizer import load
+    from ._cli_encode import (_is_gpt2_vocab, input_path, load_tokenizer,
+                              refuse_tokenizer_as_output)
     source = input_path(args.input)
     in_stat = os.stat(source)                 # FileNotFoundError names a missing input
     if os.path.isdir(source):
@@ -54,7 +54,7 @@ def run(args) -> int:
                              f"ids with their text")
         refuse_tokenizer_as_output(args, _is_gpt2_vocab(args.tokenizer), what="text")
     kw = {"special_tokens": args.special_token} if args.special_token else {}
-    tok = load((args.tokenizer, args.merges) if args.merges else args.tokenizer, **kw)
+    tok = load_tokenizer((args.tokenizer, args.merges) if args.merges else args.tokenizer, kw)
     width = {"uint16": 2, "uint32": 4}.get(args.dtype, 2 if tok.n_vocab <= 65536 else 4)
     to_stdout = args.output is None or args.output == "-"
     if not to_stdout:

@@ -106,9 +106,19 @@ def refuse_tokenizer_as_output(args, gpt2_vocab: bool, what: str = "ids") -> Non
                              f"with {what}")
 
 
+def load_tokenizer(source, kw):
+    """bpe_cffi.load(source, **kw), its errors naming this command's flags, not load's
+    arguments."""
+    from .tokenizer import load
+    try:
+        return load(source, **kw)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("do not pass special_tokens",
+                                          "do not pass --special-token")) from None
+
+
 def run(args) -> int:
     from . import formats
-    from .tokenizer import load
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be at least 1, not {args.threads}")
     source_path = input_path(args.input)
@@ -136,7 +146,7 @@ def run(args) -> int:
         raise ValueError(f"--merges goes with a GPT-2 vocab.json; {args.tokenizer} is not one "
                          f"(a tokenizer.json or .tiktoken holds its own merges)")
     source = (args.tokenizer, args.merges) if args.merges else args.tokenizer
-    tok = load(source, **kw)
+    tok = load_tokenizer(source, kw)
     with tok:
         n = tok.encode_file(source_path, output, dtype=args.dtype,
                             num_threads=args.threads,

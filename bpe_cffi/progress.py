@@ -15,6 +15,7 @@ import time
 from ._native import ffi
 
 _UNITS = {"B": (1e6, "MB"), "merges": (1.0, "merges")}
+_SMALL_BYTES = (1e3, "KB")     # bytes while the amount and the total are under a megabyte
 
 
 def _fmt_eta(seconds: float) -> str:
@@ -51,6 +52,8 @@ class Bar:
             self.start, self.done0 = now, done
         elapsed = now - self.start
         rate = (done - self.done0) / elapsed if elapsed > 0 else 0.0
+        if self.unit in ("MB", "KB"):      # "0.0/0.0 MB" said nothing of a 40 KB file
+            self.scale, self.unit = _UNITS["B"] if max(done, total) >= 1e6 else _SMALL_BYTES
         amount = f"{done / self.scale:,.1f}" if self.scale != 1.0 else f"{done:,}"
         # no rate yet at the first update (a phase over before the bar was first drawn
         # shows its amount alone, not "0.0/s")

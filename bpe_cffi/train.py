@@ -161,13 +161,13 @@ def _refuse_specials_in_alphabet(specials, opts) -> None:
                                  f"special token without it)")
 
 
-def _check_int(name, value, minimum):
+def _check_int(name, value, minimum=None):
     """value as an int (numpy's ints too); TypeError for a bool, float or str, ValueError
-    below minimum."""
+    below minimum (if given)."""
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     value = value.__index__()
-    if value < minimum:
+    if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return value
 
@@ -409,13 +409,13 @@ def _train(input_path, vocab_size, special_tokens=None, *, pattern="gpt2", num_t
     specials = _check_specials(special_tokens)
     opts = _Options(**options)
     _refuse_specials_in_alphabet(specials, opts)
-    vocab_size = _check_int("vocab_size", vocab_size, 0)
+    vocab_size = _check_int("vocab_size", vocab_size)
     if opts.byte_level and vocab_size < 256 + len(specials):
         raise ValueError(f"vocab_size must be at least 256 + {len(specials)} special tokens "
                          f"= {256 + len(specials)}, got {vocab_size}")
-    if vocab_size < len(specials):
-        raise ValueError(f"vocab_size must be at least the {len(specials)} special tokens, "
-                         f"got {vocab_size}")
+    if vocab_size < len(specials) or vocab_size < 0:
+        raise ValueError(f"vocab_size must be at least the {len(specials)} special tokens "
+                         f"(and >= 0), got {vocab_size}")
     if vocab_size > 2**32 - 1:
         raise ValueError(f"vocab_size must be below 2**32, got {vocab_size}")
     if num_threads is not None:       # 0: one per core, as encode_batch / encode_file take it

@@ -20,6 +20,22 @@ def test_bar_writes_one_plain_line_to_a_log():
     assert text.count("\n") == 1 and "100.0%" in text and text.startswith("encode x")
 
 
+def test_bytes_under_a_megabyte_are_shown_in_kilobytes():
+    """A 40 KB file read "0.0/0.0 MB"; a stream shows KB until it passes a megabyte."""
+    out = io.StringIO()
+    bar = Bar("counting", unit="B", stream=out)
+    bar.update(40_960, 40_960, force=True)
+    bar.close()
+    assert "100.0% 41.0/41.0 KB" in out.getvalue(), out.getvalue()
+    out = FakeTTY()
+    bar = Bar("encode stdin", unit="B", stream=out)
+    bar.update(300_000, 0, force=True)
+    bar.update(2_500_000, 0, force=True)
+    bar.close()
+    assert "encode stdin 300.0 KB" in out.getvalue() and "encode stdin 2.5 MB" in \
+        out.getvalue(), out.getvalue()
+
+
 def test_bar_redraws_in_place_on_a_terminal():
     out = FakeTTY()
     bar = Bar("merging", unit="merges", stream=out)

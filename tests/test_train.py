@@ -489,5 +489,5 @@ def test_progress_bars(tmp_path, capfd):
     p.write_text("hello world, the quick brown fox " * 2000)
     vocab, merges = train_bpe(p, 300, progress=True)
     err = capfd.readouterr().err
-    assert "counting" in err and "MB" in err
+    assert "counting" in err and "66.0/66.0 KB" in err, err    # 66 KB of text
     assert "merging" in err and f"{len(merges)}/{300 - 256} merges" in err

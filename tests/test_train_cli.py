@@ -392,3 +392,16 @@ def test_errors_name_the_flags_not_the_python_arguments(tmp_path):
                        (("--vocab-size", 300, "--threads", -2), "--threads")):
         r = cli(a, *args, "-o", tmp_path / "o.json")
         assert r.returncode == 1 and f"error: {flag} must" in r.stderr, r.stderr
+    # -5 said "must be >= 0" where 0 said "at least 256 + 0 special tokens": one message
+    for size in (-5, 0):
+        r = cli(a, "--vocab-size", size, "-o", tmp_path / "o.json")
+        assert "error: --vocab-size must be at least 256 + 0 special tokens = 256, got " \
+            f"{size}" in r.stderr, r.stderr
+    # encode / decode name --special-token, not load()'s special_tokens
+    r = cli(a, "--vocab-size", 300, "-q", "-o", tmp_path / "t.json")
+    assert r.returncode == 0, r.stderr
+    for command, rest in (("encode", ["-o", tmp_path / "ids.bin"]), ("decode", [])):
+        r = subprocess.run([sys.executable, "-m", "bpe_cffi", command, "--tokenizer",
+                            str(tmp_path / "t.json"), "--special-token", "X", str(a),
+                            *map(str, rest)], capture_output=True, text=True, env=ENV)
+        assert r.returncode == 1 and "do not pass --special-token" in r.stderr, r.stderr
