@@ -1,6 +1,7 @@
 """The rest of tiktoken's Encoding interface, so that code written for tiktoken runs on a
 Tokenizer unchanged: eot_token, max_token_value, is_special_token, encode_single_token,
 encode_ordinary_batch, encode_to_numpy, decode_batch, decode_bytes_batch, token_byte_values.
+(Encoding.name is Tokenizer's name attribute: the loaded file's name without extension.)
 
 Tokenizer's own encode, encode_ordinary, encode_batch, decode, decode_bytes,
 decode_single_token_bytes, decode_tokens_bytes, decode_with_offsets, n_vocab and

@@ -649,8 +649,8 @@ class Tokenizer(TiktokenMethods):
         if pattern is None:
             pattern = formats.recorded_pattern(merges_filepath) or "gpt2"
         try:
-            return cls(vocab, merges, special_tokens, pattern=pattern, byte_level=byte_level,
-                       **kw)
+            return _named(cls(vocab, merges, special_tokens, pattern=pattern,
+                              byte_level=byte_level, **kw), vocab_filepath)
         except ValueError as exc:
             if str(exc).startswith("merges:"):     # say which line of the file is wrong
                 cut = kw.get("continuing_subword_prefix")
@@ -683,7 +683,8 @@ class Tokenizer(TiktokenMethods):
             special_tokens = known_ids
         elif isinstance(special_tokens, (list, tuple)):
             special_tokens = _numbered_after(vocab, known_ids, special_tokens)
-        return cls._from_parts(formats.RULE_TIKTOKEN, vocab, [], special_tokens, pattern, **kw)
+        return _named(cls._from_parts(formats.RULE_TIKTOKEN, vocab, [], special_tokens,
+                                      pattern, **kw), path)
 
     @classmethod
     def train(cls, input_path, vocab_size, special_tokens=None, **options) -> "Tokenizer":
@@ -751,6 +752,7 @@ class Tokenizer(TiktokenMethods):
         <0xNN> tokens, which the model uses too), merges [(bytes, bytes)], special {str: id},
         extra: model options and pipeline components (class docstring)."""
         self._ptr = None
+        self.name = "bpe_cffi"      # tiktoken's Encoding.name; loaders set the file's (_named)
         name, regex_str, cpattern = patterns.resolve(pattern)
         if type(cache_capacity) is not int or cache_capacity < 0:
             raise ValueError(f"cache_capacity must be an int >= 0, not {cache_capacity!r}")
@@ -885,13 +887,14 @@ class Tokenizer(TiktokenMethods):
                 "special": self._special, "pattern": self._pattern_name or self._pattern_regex,
                 "cache_capacity": self._cache_capacity, "ignore_merges": self._ignore_merges,
                 "options": dict(self._opts), "components": dict(self._components),
-                "hf_kept": self._hf_kept}
+                "hf_kept": self._hf_kept, "name": self.name}
 
     def __setstate__(self, state):
         extra = dict(state.get("options") or {})
         extra.update(state.get("components") or {})
         self._build(state["rule"], state["vocab"], state["merges"], state["special"],
                     state["pattern"], state["cache_capacity"], state["ignore_merges"], extra)
+        self.name = state.get("name", self.name)
         if state.get("hf_kept") is not None:
             self._hf_kept = state["hf_kept"]
             self._use_added_flags(self._hf_kept.get("added_flags") or {})
@@ -1986,6 +1989,16 @@ class Tokenizer(TiktokenMethods):
                            pattern=self._pattern_name or self._pattern_regex)
 
 
+def _named(tok: "Tokenizer", path) -> "Tokenizer":
+    """tok, named after the file it was loaded from without its extension (tiktoken's names
+    are those of its files: cl100k_base.tiktoken is "cl100k_base"), and for a GPT-2
+    <prefix>vocab.json without "vocab" ("gpt2" for gpt2_vocab.json)."""
+    stem = os.path.splitext(os.path.basename(os.fsdecode(os.fspath(path))))[0]
+    prefix = stem[:-len("vocab")].rstrip("-_.") if stem.endswith("vocab") else ""
+    tok.name = prefix or stem
+    return tok
+
+
 def _is_ours(pre_tokenizer) -> bool:
     """True for bpe_cffi.hf_components pre-tokenizers (piece_texts(text, offset)); others
     have HF's pre_tokenize_str(text) only."""
@@ -2121,7 +2134,7 @@ def load(path, *, pattern: str = None, special_tokens=None, **kw) -> Tokenizer:
     text = formats._read_text(p)
     doc = formats._parse_json(text, p)
     if isinstance(doc, dict) and isinstance(doc.get("model"), dict):
-        return _load_hf(p, doc, text, pattern, special_tokens, kw)
+        return _named(_load_hf(p, doc, text, pattern, special_tokens, kw), p)
     if not isinstance(doc, dict) or not all(type(i) is int for i in doc.values()):
         raise ValueError(f"{p}: neither a tokenizer.json (no \"model\" object) nor a GPT-2 "
                          f"vocab.json (an object of token: id)")

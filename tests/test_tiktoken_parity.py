@@ -1,5 +1,6 @@
 """Our ids against tiktoken's (the independent reference) for gpt2 (from vocab.json +
 merges.txt), cl100k_base and o200k_base (from .tiktoken): corpus slices and adversarial text."""
+import pickle
 import zlib
 
 import pytest
@@ -223,7 +224,10 @@ def test_the_rest_of_tiktokens_interface(vocab):
     tok, enc = ours(vocab), reference(vocab)
     public = {n for n in dir(tiktoken.Encoding) if not n.startswith("_")}
     public |= {"max_token_value", "n_vocab"}                 # set in tiktoken's __init__
-    assert public - {"encode_with_unstable", "name"} <= set(dir(tok))
+    assert public - {"encode_with_unstable"} <= set(dir(tok))
+    name = enc.name[:-len("-offline")] if enc.name.endswith("-offline") else enc.name
+    assert tok.name == name             # the file's name (gpt2_vocab.json: gpt2)
+    assert pickle.loads(pickle.dumps(tok)).name == name
     texts = [corpus_slice(c, 3000) for c in CORPORA] + ["", "x<|endoftext|>y", "\u00e9"]
     assert tok.eot_token == enc.eot_token
     assert (tok.max_token_value, tok.n_vocab) == (enc.max_token_value, enc.n_vocab)
