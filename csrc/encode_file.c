@@ -18,6 +18,12 @@
  * Only a text with no stable cut for a long stretch (megabytes of one piece) grows a
  * chunk, until a cut appears.
  *
+ * A stream (a pipe, a terminal, a socket) may bring text slowly: there a round does not wait
+ * for its full text.  When a read would block (poll), a round ends with the chunks it has,
+ * and its last chunk is what has arrived up to a stable cut, so the ids of a slow producer's
+ * text are written as it comes, not once 8 MB have gathered.  The cuts stay stable ones, so
+ * the ids do not depend on the timing.
+ *
  * The ids are written to a file descriptor the caller opened (and closes): which file that
  * is, a temporary one renamed over the destination on success or a pipe or device written
  * as it goes, is the caller's policy (bpe_cffi/formats.py, atomic_output).  On an I/O error
@@ -30,6 +36,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +58,7 @@
 /* The input side: raw bytes not yet decoded, decoded text not yet cut into a chunk. */
 typedef struct reader {
     int fd;                     /* the input file */
+    int stream;                 /* 1 when it is not a regular file (a pipe, a terminal) */
     int eof;                    /* 1 once read() returned 0 */
     uint64_t read_total;        /* raw bytes read so far */
     bpe_bytes raw;              /* raw bytes awaiting decoding (an incomplete UTF-8 tail) */
@@ -111,28 +119,52 @@ static int fill(reader *r, size_t want)
     return BPE_OK;
 }
 
-/* Moves the next chunk of text into dst (emptied first); dst->len == 0 at the end. */
+/* For a stream: whether a read would now wait for its writer (nothing has arrived). */
+static int would_wait(const reader *r)
+{
+    struct pollfd p;
+    if (!r->stream || r->eof)
+        return 0;
+    p.fd = r->fd;
+    p.events = POLLIN;
+    p.revents = 0;
+    return poll(&p, 1, 0) == 0;
+}
+
+/* Moves the next chunk of text into dst (emptied first); dst->len == 0 at the end.  From a
+ * stream whose writer is slow, the chunk is what has arrived (up to a stable cut) rather
+ * than a full one, so that ids come out as text comes in; only when that holds no stable
+ * cut does it wait for more. */
 static int next_chunk(reader *r, bpe_bytes *dst)
 {
     size_t goal = r->chunk, cut;
-    int rc;
+    int rc, short_of_goal;
     dst->len = 0;
     for (;;) {
+        short_of_goal = 0;
         while (!r->eof && r->text.len < goal) {
             size_t want = goal - r->text.len;
+            if (r->text.len > 0 && would_wait(r)) {
+                short_of_goal = 1;
+                break;
+            }
             if ((rc = fill(r, want < MIN_READ ? MIN_READ : want)) != BPE_OK)
                 return rc;
         }
         if (r->text.len <= goal && r->eof) {
             cut = r->text.len;
         } else {
-            cut = bpe_stable_prefix(r->tok, r->text.data, goal, r->mode);
+            cut = bpe_stable_prefix(r->tok, r->text.data,
+                                    r->text.len < goal ? r->text.len : goal, r->mode);
             if (cut == 0 && r->eof)
                 cut = r->text.len;
         }
         if (cut > 0 || r->text.len == 0)
             break;
-        goal *= 2;   /* no stable cut yet: take a longer stretch */
+        if (!short_of_goal)
+            goal *= 2;     /* no stable cut yet: take a longer stretch */
+        else if ((rc = fill(r, MIN_READ)) != BPE_OK)
+            return rc;     /* nothing stable in what arrived: wait for some more */
     }
     if (cut == 0)
         return BPE_OK;   /* the end of the input */
@@ -238,6 +270,8 @@ static int do_round(file_call *fc, const bpe_tokenizer *tok, const uint8_t *mode
     size_t i;
     int rc;
     while (rd.n < (size_t)fc->n_jobs) {
+        if (rd.n > 0 && would_wait(&fc->r))
+            break;        /* a stream with nothing more yet: encode what came */
         if ((rc = next_chunk(&fc->r, &fc->jobs[rd.n].text)) != BPE_OK)
             return rc;
         if (fc->jobs[rd.n].text.len == 0)
@@ -269,6 +303,7 @@ static int open_input(file_call *fc, const char *in_path, uint64_t *size)
     if ((fc->r.fd = open(in_path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fc->r.fd, &st) != 0)
         return BPE_ERR_IO;
     *size = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+    fc->r.stream = !S_ISREG(st.st_mode);
     return BPE_OK;
 }
 

@@ -3,6 +3,7 @@ and train) and "-o -" for standard output (encode), so both can sit in a pipelin
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -201,6 +202,39 @@ def test_cli_ends_quietly_when_the_reader_of_stdout_goes_away(tmp_path):
     assert len(head) == 100
     assert rc == 141, err
     assert err == b""
+
+
+def test_cli_writes_the_ids_of_a_slow_pipe_as_its_text_arrives(tmp_path):
+    """`slow-producer | bpe-cffi encode - -o - | consumer`: the ids of what has arrived come
+    out while the producer is still writing (they waited for 8 MB of text or the end), and
+    the whole output is still that of the whole text, whatever the timing."""
+    import select
+    from conftest import vocab_path
+    cmd = [sys.executable, "-m", "bpe_cffi", "encode", "--tokenizer",
+           str(vocab_path("gpt2_vocab.json")), "--no-progress", "-", "-o", "-"]
+    p = subprocess.Popen(cmd, env=ENV, cwd=tmp_path, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    parts = [TEXT[:7000], TEXT[7000:7500], TEXT[7500:]]   # cuts inside words and lines
+    got = b""
+    try:
+        for part in parts[:2]:
+            p.stdin.write(part.encode("utf-8"))
+            p.stdin.flush()
+            before = len(got)
+            deadline = time.monotonic() + 60
+            while len(got) == before and time.monotonic() < deadline:
+                if select.select([p.stdout], [], [], 1.0)[0]:
+                    got += os.read(p.stdout.fileno(), 1 << 20)
+            assert len(got) > before, "no ids came out while the pipe stayed open"
+        p.stdin.write(parts[2].encode("utf-8"))
+        p.stdin.close()
+        got += p.stdout.read()
+        assert p.wait(timeout=60) == 0, p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert got == le16(reference("gpt2").encode_ordinary(TEXT))
 
 
 def test_cli_says_when_stdin_is_closed(tmp_path):
