@@ -13,8 +13,9 @@ import zmq.asyncio
 
 from . import protocol as P
 from .client import (BUSY_WAIT_FIRST, BUSY_WAIT_MAX, FRAME_CHECK_BYTES, DaemonError,
-                     DaemonTimeout, _ClientBase, falls_back_per_text, group_ids, group_request,
-                     parse_reply, reply_ids, request_msg, stream_grouping, text_size,
+                     DaemonTimeout, _ClientBase, chunk_data, falls_back_per_text, group_ids,
+                     group_request, ids_bin, pack_request, pairs_kept_whole, parse_reply,
+                     reply_ids, request_msg, stream_grouping, text_error, text_size,
                      utf8_bins)
 
 
@@ -107,7 +108,7 @@ class AsyncClient(_ClientBase):
         self._ensure_readers()
         rid = next(self._ids)
         msg["id"] = rid
-        packed = P.packb(msg)
+        packed = pack_request(P.packb, msg)
         if len(packed) > FRAME_CHECK_BYTES:
             if self._frame_limit is None:
                 self._learn_frame_limit([await self._info_or_none(k)
@@ -204,11 +205,11 @@ class AsyncClient(_ClientBase):
         return [reply_ids(x, packed) for x in rep["ids"]]
 
     async def decode(self, ids, *, tokenizer=None):
-        rep = await self.request(self._msg(P.OP_DECODE, tokenizer, ids=P.ids_to_bin(ids)))
+        rep = await self.request(self._msg(P.OP_DECODE, tokenizer, ids=ids_bin(ids)))
         return rep["text"]
 
     async def decode_bytes(self, ids, *, tokenizer=None):
-        rep = await self.request(self._msg(P.OP_DECODE, tokenizer, ids=P.ids_to_bin(ids),
+        rep = await self.request(self._msg(P.OP_DECODE, tokenizer, ids=ids_bin(ids),
                                            bytes=True))
         return rep["data"]
 
@@ -283,32 +284,38 @@ class AsyncClient(_ClientBase):
                 size += n
             return True, group
 
-        async def one(group):
+        async def one(group, first):
             """(the ids of the group's texts, None), or (the ids of the texts before the
-            failing one, its error) when the group was sent again text by text."""
+            failing one, its error) when the group was sent again text by text.  first: the
+            index of the group's first text in the stream, which a text's error names
+            (text_error)."""
             try:
                 rep = await self.request(group_request(base, group, per_request))
             except DaemonError as exc:
+                if per_request == 1:
+                    raise text_error(exc, first) from None
                 if not falls_back_per_text(exc, per_request):
                     raise
                 done = []
-                for text in group:
+                for k, text in enumerate(group, first):
                     try:
                         done.append(await self.encode(text, packed=packed, **opts))
                     except DaemonError as one_exc:
-                        return done, one_exc
+                        return done, text_error(one_exc, k)
                 return done, None
             return group_ids(rep, per_request, packed), None
 
         pending = []
         tasks = collections.deque()
         more = True
+        start = 0
         try:
             while True:
                 while more and len(tasks) < window:
                     more, group = await next_group()
                     if more:
-                        tasks.append(asyncio.ensure_future(one(group)))
+                        tasks.append(asyncio.ensure_future(one(group, start)))
+                        start += len(group)
                 if not tasks:
                     return
                 results, failed = await tasks[0]
@@ -330,14 +337,14 @@ class AsyncClient(_ClientBase):
         sid = next(self._streams)
         opts = self._msg(P.OP_CHUNK, tokenizer, allowed_special=allowed_special,
                          disallowed_special=disallowed_special, ids=P.IDS_BIN)
-        chunks = list(chunks)
+        chunks = list(pairs_kept_whole(chunks))
         tasks = collections.deque()
         out = []
         try:
             for seq, data in enumerate(chunks):
                 msg = dict(opts) if seq == 0 else {"op": P.OP_CHUNK}
                 msg.update(stream=sid, seq=seq, final=seq == len(chunks) - 1,
-                           data=data.encode("utf-8") if isinstance(data, str) else data)
+                           data=chunk_data(data))
                 tasks.append(asyncio.ensure_future(self.request(msg, ep)))
                 while len(tasks) >= window:
                     out += reply_ids((await tasks.popleft()).get("ids", b""))

@@ -135,11 +135,88 @@ def parse_reply(raw):
     return (rep, rid) if isinstance(rid, int) else (rep, None)
 
 
+def without_lone_surrogates(text):
+    """text with each surrogate pair written as two code units made the one character it
+    stands for, and each lone surrogate made U+FFFD: what bpe_cffi.Tokenizer (tokenizer._utf8)
+    and tiktoken encode in its place.  UTF-8 has no surrogates, so the daemon could not be
+    sent the text as it is (msgpack raises UnicodeEncodeError)."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def utf8(text):
+    """UTF-8 of a str, a lone surrogate as U+FFFD (without_lone_surrogates): the same ids as
+    in-process.  Only a text that UTF-8 refuses pays for the repair."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return without_lone_surrogates(text).encode("utf-8")
+
+
+def pack_request(pack, msg):
+    """msg packed by pack.  A "text" that UTF-8 refuses (a lone surrogate) is repaired as
+    in-process encode does and packed again: catching the rare failure costs an ordinary
+    text nothing, where checking every text first would encode each one twice."""
+    try:
+        return pack(msg)
+    except UnicodeEncodeError:
+        text = msg.get("text")
+        if not isinstance(text, str):
+            raise
+        msg["text"] = without_lone_surrogates(text)
+        return pack(msg)
+
+
 def utf8_bins(texts):
     """The texts of an encode_batch as UTF-8 bins (the daemon checks them in C without
-    decoding them to str); bytes are sent as they are.  A str that cannot be UTF-8 (a lone
-    surrogate) raises UnicodeEncodeError, as packing it as a str would."""
-    return [t.encode("utf-8") if type(t) is str else t for t in texts]
+    decoding them to str), lone surrogates as U+FFFD (utf8); bytes are sent as they are, and
+    anything else too (the daemon refuses it, naming it by its index)."""
+    return [utf8(t) if isinstance(t, str) else t for t in texts]
+
+
+def pairs_kept_whole(chunks):
+    """The chunks of encode_chunks, a high surrogate that ends a str moved to the start of the
+    next str: a surrogate pair cut between two chunks is then the one character it is in the
+    joined document (each half alone would become U+FFFD), as Tokenizer.encode_iterable does.
+    Before bytes, or at the end, the held surrogate is sent alone (U+FFFD)."""
+    held = ""
+    for chunk in chunks:
+        if held:
+            if isinstance(chunk, str):
+                chunk, held = held + chunk, ""
+            else:
+                yield held
+                held = ""
+        if isinstance(chunk, str) and chunk and "\ud800" <= chunk[-1] <= "\udbff":
+            chunk, held = chunk[:-1], chunk[-1]
+            if not chunk:
+                continue
+        yield chunk
+    if held:
+        yield held
+
+
+def chunk_data(chunk):
+    """A chunk of encode_chunks as the "data" bin: a str as its UTF-8 (utf8)."""
+    return utf8(chunk) if isinstance(chunk, str) else chunk
+
+
+def ids_bin(ids):
+    """The ids of a decode packed as uint32 LE.  An id that is not an int, or outside
+    uint32, raises the DaemonError the daemon gives such an id in a list (bad_request /
+    bad_id, naming its index and value) instead of packing's bare OverflowError or
+    TypeError; the ids are looked at one by one only then."""
+    if iter(ids) is ids:            # an iterator: kept, to be looked at again on an error
+        ids = list(ids)
+    try:
+        return P.ids_to_bin(ids)
+    except (OverflowError, TypeError):
+        for i, x in enumerate(ids):
+            if not hasattr(x, "__index__"):
+                raise DaemonError(P.E_BAD_REQUEST, f"ids[{i}] is {type(x).__name__}, not an "
+                                  f"int") from None
+            if not 0 <= x.__index__() < 1 << 32:
+                raise DaemonError(P.E_BAD_ID, f"ids[{i}] = {x} is not a token id") from None
+        raise
 
 
 def reply_ids(ids, packed=False):
@@ -182,6 +259,18 @@ def falls_back_per_text(exc, texts_per_request):
     text (see PER_TEXT_ERRORS); never for a timeout, nor with one text per request."""
     return (texts_per_request > 1 and not isinstance(exc, DaemonTimeout) and
             getattr(exc, "code", None) in PER_TEXT_ERRORS)
+
+
+def text_error(exc, k):
+    """exc, the error of a stream's text sent alone (as "text"), naming that text texts[k]
+    (its index in the stream) as the daemon names the texts of an encode_batch: in a stream
+    of a million texts, "text" alone does not say which.  Any other error is left as it is."""
+    if isinstance(exc, DaemonTimeout) or exc.code not in PER_TEXT_ERRORS:
+        return exc
+    field = '"text"'
+    if exc.message.startswith(field):
+        return DaemonError(exc.code, f'"texts[{k}]"{exc.message[len(field):]}')
+    return DaemonError(exc.code, f"texts[{k}]: {exc.message}")
 
 
 def text_size(text):
@@ -326,7 +415,7 @@ class Client(_ClientBase):
             raise ValueError("the client is closed")
         rid = next(self._ids)
         msg["id"] = rid
-        packed = self._pack(msg)
+        packed = pack_request(self._pack, msg)
         if len(packed) > FRAME_CHECK_BYTES:
             if self._frame_limit is None:
                 self._learn_frame_limit([self._info_or_none(k) for k in range(len(self._socks))])
@@ -464,7 +553,8 @@ class Client(_ClientBase):
     def encode(self, text, *, tokenizer=None, allowed_special=None, disallowed_special=None,
                packed=False):
         """Token ids of text: a list of int, or with packed=True an array('I') of uint32
-        (the reply's bytes as they came: no int per id; numpy.frombuffer reads it)."""
+        (the reply's bytes as they came: no int per id; numpy.frombuffer reads it).  A lone
+        surrogate is encoded as U+FFFD, as in-process (every call that sends text)."""
         rep = self.request(self._msg(P.OP_ENCODE, tokenizer, allowed_special=allowed_special,
                                      disallowed_special=disallowed_special, text=text,
                                      ids=P.IDS_BIN))
@@ -480,10 +570,10 @@ class Client(_ClientBase):
         return [reply_ids(x, packed) for x in rep["ids"]]
 
     def decode(self, ids, *, tokenizer=None):
-        return self.request(self._msg(P.OP_DECODE, tokenizer, ids=P.ids_to_bin(ids)))["text"]
+        return self.request(self._msg(P.OP_DECODE, tokenizer, ids=ids_bin(ids)))["text"]
 
     def decode_bytes(self, ids, *, tokenizer=None):
-        return self.request(self._msg(P.OP_DECODE, tokenizer, ids=P.ids_to_bin(ids),
+        return self.request(self._msg(P.OP_DECODE, tokenizer, ids=ids_bin(ids),
                                       bytes=True))["data"]
 
     def count(self, text, *, limit=None, tokenizer=None, allowed_special=None,
@@ -525,8 +615,9 @@ class Client(_ClientBase):
         up to k texts (and STREAM_BATCH_CHARS characters) per request.
 
         Errors: a text the daemon refuses (PER_TEXT_ERRORS) raises DaemonError when that text
-        is reached, after the ids of every text before it, whatever the batch: a grouped
-        request that fails so is sent again text by text.  Any other error (a timeout, an
+        is reached, after the ids of every text before it, whatever the batch (a grouped
+        request that fails so is sent again text by text), naming it texts[i] by its index in
+        the stream.  Any other error (a timeout, an
         unknown tokenizer) raises when its request's first text is reached."""
         if window < 1:
             raise ValueError("window must be at least 1")
@@ -536,8 +627,9 @@ class Client(_ClientBase):
                     disallowed_special=disallowed_special)
         base = self._msg(op, ids=P.IDS_BIN, **opts)
         groups = text_groups(texts, per_request, max_chars)
-        inflight = collections.deque()     # (request id, its texts)
+        inflight = collections.deque()     # (request id, its texts, index of the first)
         exhausted = False
+        start = 0
         try:
             while True:
                 while not exhausted and len(inflight) < window:
@@ -546,34 +638,47 @@ class Client(_ClientBase):
                         exhausted = True
                         break
                     inflight.append((self.submit(group_request(base, group, per_request)),
-                                     group))
+                                     group, start))
+                    start += len(group)
                 if not inflight:
                     return
-                rid, group = inflight[0]
+                rid, group, first = inflight[0]
                 try:
                     rep = self.result(rid)
                 except DaemonError as exc:
+                    if per_request == 1:
+                        raise text_error(exc, first) from None
                     if not falls_back_per_text(exc, per_request):
                         raise
                     inflight.popleft()
-                    for text in group:           # the failing text raises its own error
-                        yield self.encode(text, packed=packed, **opts)
+                    yield from self._encode_each(group, first, packed, opts)
                     continue
                 inflight.popleft()
                 yield from group_ids(rep, per_request, packed)
         finally:
-            for rid, _ in inflight:
+            for rid, _, _ in inflight:
                 self.forget(rid)
+
+    def _encode_each(self, group, first, packed, opts):
+        """Yields the ids of each text of a stream group (texts[first], ...) encoded alone:
+        the failing text raises its own error, naming its index (text_error)."""
+        for k, text in enumerate(group, first):
+            try:
+                ids = self.encode(text, packed=packed, **opts)
+            except DaemonError as exc:
+                raise text_error(exc, k) from None
+            yield ids
 
     def encode_chunks(self, chunks, *, window=16, tokenizer=None, allowed_special=None,
                       disallowed_special=None):
         """Encodes ONE document sent as a sequence of chunks (bytes or str; a boundary may fall
-        anywhere, even inside a UTF-8 character); returns the ids of the whole document."""
+        anywhere, even inside a UTF-8 character or between the two halves of a surrogate
+        pair); returns the ids of the whole document."""
         ep = next(self._rr) % len(self._socks)          # a stream stays on one daemon
         sid = next(self._streams)
         opts = self._msg(P.OP_CHUNK, tokenizer, allowed_special=allowed_special,
                          disallowed_special=disallowed_special, ids=P.IDS_BIN)
-        it = iter(chunks)
+        it = pairs_kept_whole(chunks)
         inflight = collections.deque()
         out = []
         seq = 0
@@ -583,8 +688,7 @@ class Client(_ClientBase):
                 while nxt is not None and len(inflight) < window:
                     data, nxt = nxt, next(it, None)
                     msg = dict(opts) if seq == 0 else {"op": P.OP_CHUNK}
-                    msg.update(stream=sid, seq=seq, final=nxt is None,
-                               data=data.encode("utf-8") if isinstance(data, str) else data)
+                    msg.update(stream=sid, seq=seq, final=nxt is None, data=chunk_data(data))
                     inflight.append(self.submit(msg, ep))
                     seq += 1
                 rep = self.result(inflight[0])

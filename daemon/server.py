@@ -805,8 +805,8 @@ class Handler:
             raise _with_id(RequestError(P.E_BAD_UTF8, "a msgpack str is not valid UTF-8 "
                                         "(send raw bytes as bin)"), rid)
         except Exception as exc:
-            raise RequestError(P.E_BAD_MSGPACK, "payload is not one msgpack value within the "
-                               f"limits: {type(exc).__name__}: {str(exc)[:200]}")
+            raise RequestError(P.E_BAD_MSGPACK, "the request is not one msgpack value within "
+                               f"the limits: {_msgpack_problem(exc)}")
         if not isinstance(req, dict):
             raise RequestError(P.E_BAD_REQUEST, "a request must be a msgpack map, not "
                                f"{type(req).__name__}")
@@ -871,17 +871,25 @@ class Handler:
         if isinstance(value, str):
             n = len(value)
             if n > lim or (n * 4 > lim and len(value.encode("utf-8", "surrogatepass")) > lim):
-                raise RequestError(P.E_TOO_LARGE, f"\"{field}\" is over {lim} bytes")
+                raise self.text_too_large(field)
             return value
         if isinstance(value, (bytes, bytearray)):
             if len(value) > lim:
-                raise RequestError(P.E_TOO_LARGE, f"\"{field}\" is over {lim} bytes")
+                raise self.text_too_large(field)
             try:
                 return bytes(value).decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise RequestError(P.E_BAD_UTF8, f"\"{field}\" is not valid UTF-8: {exc}")
         raise RequestError(P.E_BAD_REQUEST, f"\"{field}\" must be a str (or UTF-8 bin), not "
                            f"{_typename(value)}")
+
+    def text_too_large(self, field):
+        """too_large for a text over max_text_bytes, saying what to do instead: a client
+        that gets it for one long document has no other way to learn of the chunk op."""
+        return RequestError(P.E_TOO_LARGE, f"\"{field}\" is over max_text_bytes "
+                            f"({self.limits.max_text_bytes:,} bytes): send a longer document "
+                            f"as a stream of chunks (op \"chunk\"; the Python clients' "
+                            f"encode_chunks())")
 
     @staticmethod
     def out_ids(ids, fmt):
@@ -1218,6 +1226,21 @@ def _per_text(fn, texts):
         except RequestError as exc:
             raise RequestError(exc.code, f"texts[{i}]: {exc.message}") from None
     return out
+
+
+# msgpack raises these with no text at all (its C unpacker only returns an error number)
+_MSGPACK_PROBLEMS = {
+    "FormatError": "a byte that begins no msgpack value (such as 0xc1)",
+    "StackError": "values nested deeper than msgpack allows",
+}
+
+
+def _msgpack_problem(exc):
+    """What msgpack found wrong with a payload, as "ExceptionName: what": its own text, or
+    for the errors it raises without one, words for them."""
+    name = type(exc).__name__
+    what = str(exc)[:200] or _MSGPACK_PROBLEMS.get(name) or (type(exc).__doc__ or "?")
+    return f"{name}: {what.strip()}"
 
 
 def _with_id(exc, rid):

@@ -871,3 +871,145 @@ def test_quiet_daemon_gives_freed_memory_back(paths):
         assert _wait_for_trims(d.endpoint, 1, 0) == 0
     finally:
         d.stop()
+
+
+# Texts with surrogates, which UTF-8 cannot hold: in-process encode (as tiktoken) makes a pair
+# written as two code units its one character, and a lone surrogate U+FFFD.
+SURROGATE_TEXTS = ["a\ud800b", "a\udc00b", "\ud800 at the start", "at the end \udbff",
+                   "\udc00", "\ud83c\udf89 a pair as two code units", "x\ud83c\udf89",
+                   "\udc00\ud800 reversed", "\ud800\ud800\udc00 one lone, one pair",
+                   "plain text", "ünï 🎉 \udfff<|endoftext|>"]
+
+
+def test_surrogates_give_the_in_process_ids(daemon, refs):
+    """Every client call that sends a text gives, for a text with surrogates, the ids of
+    in-process encode (which was UnicodeEncodeError: msgpack packs no surrogate)."""
+    tok = refs["cl100k"]
+    want = [tok.encode(t) for t in SURROGATE_TEXTS]
+    assert want[0] == tok.encode("a\ufffdb") and want[5] == tok.encode("🎉 a pair as two "
+                                                                       "code units")
+    doc = "".join(SURROGATE_TEXTS)
+    # chunks of 3 characters or fewer, cut also between the two halves of every pair
+    pairs = [i + 1 for i in range(len(doc) - 1) if "\ud800" <= doc[i] <= "\udbff" and
+             "\udc00" <= doc[i + 1] <= "\udfff"]
+    cuts = sorted(set(range(0, len(doc), 3)) | set(pairs)) + [len(doc)]
+    cut_pairs = [doc[a:b] for a, b in zip(cuts, cuts[1:])]
+    assert len(pairs) == 4 and "".join(cut_pairs) == doc   # (one where two texts meet)
+    pair_at = doc.index("\ud83c\udf89")
+    with Client(daemon.endpoint, timeout=10) as c:
+        for t, ids in zip(SURROGATE_TEXTS, want):
+            assert c.encode(t) == ids, t
+            assert list(c.encode(t, packed=True)) == ids
+            assert c.count(t) == len(ids)
+            assert c.count(t, limit=1) >= min(len(ids), 2)
+        assert c.encode_batch(SURROGATE_TEXTS) == want
+        for batch in (None, 1, 4):
+            assert list(c.stream(SURROGATE_TEXTS, batch=batch, window=2)) == want
+        assert c.encode(doc, tokenizer="gpt2") == refs["gpt2"].encode(doc)
+        assert c.encode("after them") == tok.encode("after them")    # the packer is fine
+        assert c.encode_chunks([doc]) == tok.encode(doc)
+        assert c.encode_chunks(doc[:3]) == tok.encode(doc[:3])
+        assert c.encode_chunks([doc[:pair_at + 1], doc[pair_at + 1:]]) == tok.encode(doc)
+        assert c.encode_chunks(cut_pairs, window=4) == tok.encode(doc)
+        assert c.encode_chunks([doc[:1], doc[1:]]) == tok.encode(doc)
+        # a high surrogate before bytes, or at the very end, is lone: U+FFFD
+        assert c.encode_chunks(["ab\ud83c", b"cd"]) == tok.encode("ab\ufffdcd")
+        assert c.encode_chunks(["ab", "\ud83c"]) == tok.encode("ab\ufffd")
+
+    async def main():
+        async with AsyncClient(daemon.endpoint, timeout=10) as c:
+            for t, ids in zip(SURROGATE_TEXTS, want):
+                assert await c.encode(t) == ids, t
+                assert await c.count(t) == len(ids)
+            assert await c.encode_batch(SURROGATE_TEXTS) == want
+            for batch in (None, 1):
+                assert [ids async for ids in c.stream(SURROGATE_TEXTS, batch=batch)] == want
+            assert await c.encode_chunks(cut_pairs) == tok.encode(doc)
+            assert await c.encode_chunks(["ab\ud83c", b"cd"]) == tok.encode("ab\ufffdcd")
+    asyncio.run(main())
+
+
+BAD_IDS = [([-1], P.E_BAD_ID, "ids[0] = -1 is not a token id"),
+           ([5, 1 << 32], P.E_BAD_ID, f"ids[1] = {1 << 32} is not a token id"),
+           ([1, 2, 1 << 40], P.E_BAD_ID, f"ids[2] = {1 << 40} is not a token id"),
+           ([1, "a"], P.E_BAD_REQUEST, "ids[1] is str, not an int"),
+           ([1.5], P.E_BAD_REQUEST, "ids[0] is float, not an int"),
+           ([7, None], P.E_BAD_REQUEST, "ids[1] is NoneType, not an int")]
+
+
+def test_decode_of_a_bad_id_raises_the_daemons_error(daemon, refs):
+    """decode of an id packing cannot hold (< 0, >= 2**32, not an int) raises the DaemonError
+    the daemon gives that id in a list (was OverflowError / TypeError from packing)."""
+    tok = refs["cl100k"]
+    s = raw_socket(daemon.endpoint)
+    try:                             # what the daemon says of such ids
+        for k, (ids, code, message) in enumerate(BAD_IDS[:3]):
+            s.send(P.packb({"op": "decode", "id": k, "ids": ids}))
+            rep = recv_reply(s)
+            assert (rep["code"], rep["message"]) == (code, message)
+    finally:
+        s.close()
+    with Client(daemon.endpoint, timeout=10) as c:
+        for ids, code, message in BAD_IDS:
+            for call in (c.decode, c.decode_bytes):
+                with pytest.raises(DaemonError) as ei:
+                    call(ids)
+                assert (ei.value.code, ei.value.message) == (code, message)
+        with pytest.raises(DaemonError, match=r"ids\[2\] = -3 "):
+            c.decode(iter([1, 2, -3]))                     # an iterator is looked at again
+        assert c.decode(iter(tok.encode("fine"))) == "fine"
+        assert c.decode([]) == ""
+
+    async def main():
+        async with AsyncClient(daemon.endpoint, timeout=10) as c:
+            for ids, code, message in BAD_IDS:
+                for call in (c.decode, c.decode_bytes):
+                    with pytest.raises(DaemonError) as ei:
+                        await call(ids)
+                    assert (ei.value.code, ei.value.message) == (code, message)
+            assert await c.decode(tok.encode("fine")) == "fine"
+    asyncio.run(main())
+
+
+def test_stream_names_the_bad_text_by_its_index(daemon, refs):
+    """A text the daemon refuses in stream() is named by its index in the stream, as
+    encode_batch names it (was "text" alone), whatever the grouping, after the ids of every
+    text before it."""
+    tok = refs["cl100k"]
+    texts = [f"text {k}" for k in range(10)]
+    want = [tok.encode(t) for t in texts]
+    cases = [(None, P.E_BAD_REQUEST, '"texts[7]" must be a str (or UTF-8 bin), not nil'),
+             (5, P.E_BAD_REQUEST, '"texts[7]" must be a str (or UTF-8 bin), not int'),
+             (b"ok \xff", P.E_BAD_UTF8, '"texts[7]" is not valid UTF-8'),
+             ("a <|endoftext|>", P.E_DISALLOWED, "texts[7]: ")]
+    strict = dict(disallowed_special="all", allowed_special="none")
+
+    def check(exc, code, start, got):
+        assert exc.code == code and exc.message.startswith(start), exc
+        assert got == want[:7]
+
+    with Client(daemon.endpoint, timeout=10) as c:
+        with pytest.raises(DaemonError, match=r'"texts\[1\]" must be a str'):
+            c.encode_batch(["a", None])
+        for bad, code, start in cases:
+            for batch in (None, 1, 3):
+                got = []
+                with pytest.raises(DaemonError) as ei:
+                    for ids in c.stream(texts[:7] + [bad] + texts[8:], window=2,
+                                        batch=batch, **strict):
+                        got.append(ids)
+                check(ei.value, code, start, got)
+        with pytest.raises(DaemonError, match=r"unknown_tokenizer\] no tokenizer"):
+            list(c.stream(["a"], batch=1, tokenizer="nope"))      # not a text's error
+
+    async def main():
+        async with AsyncClient(daemon.endpoint, timeout=10) as c:
+            for bad, code, start in cases:
+                for batch in (None, 1, 3):
+                    got = []
+                    with pytest.raises(DaemonError) as ei:
+                        async for ids in c.stream(texts[:7] + [bad] + texts[8:], window=2,
+                                                  batch=batch, **strict):
+                            got.append(ids)
+                    check(ei.value, code, start, got)
+    asyncio.run(main())

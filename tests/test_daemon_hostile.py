@@ -133,6 +133,60 @@ def test_every_malformed_request_gets_an_error_reply(daemon, tok):
         s.close()
 
 
+def test_bad_msgpack_says_what_is_wrong(daemon):
+    """A request that is not msgpack is answered with what msgpack found wrong: some of its
+    errors (FormatError, StackError) have no text, and the message ended in ": "."""
+    s = dealer(daemon.endpoint)
+    try:
+        for frame, what in [(b"\xc1garbage", "FormatError: a byte that begins no msgpack "
+                                             "value (such as 0xc1)"),
+                            (b"\x91" * 100_000 + b"\xc0", "StackError: values nested deeper"),
+                            (b"", "incomplete input"),
+                            (P.packb({"op": "health", "id": 1}) + b"\x01", "ExtraData: ")]:
+            s.send(frame)
+            rep = recv_reply(s)
+            assert rep["code"] == P.E_BAD_MSGPACK and rep["id"] is None, rep
+            assert rep["message"].startswith("the request is not one msgpack value"), rep
+            assert what in rep["message"], rep
+            assert not rep["message"].rstrip().endswith(":"), rep
+        for frames, code, _ in malformed_cases():     # every bad_msgpack one says why
+            if code == P.E_BAD_MSGPACK:
+                s.send_multipart(frames)
+                message = recv_reply(s)["message"]
+                assert message.rsplit(": ", 1)[-1].strip(), message
+    finally:
+        s.close()
+
+
+def test_text_over_max_text_bytes_points_to_encode_chunks(daemon):
+    """A text over max_text_bytes (but within the frame limit) is refused with too_large
+    telling the user to send it in chunks (encode_chunks), by every op that takes a text."""
+    import asyncio
+    from bpe_cffi.daemon import AsyncClient, DaemonError
+    big = "y" * (MAX_TEXT + 1)
+
+    def check(exc):
+        assert exc.code == P.E_TOO_LARGE, exc
+        assert f"max_text_bytes ({MAX_TEXT:,} bytes)" in exc.message, exc
+        assert "encode_chunks()" in exc.message and '"chunk"' in exc.message, exc
+
+    with Client(daemon.endpoint, timeout=10, retries=0) as c:
+        for call in (lambda: c.encode(big), lambda: c.count(big),
+                     lambda: c.encode(big.encode()), lambda: c.encode_batch(["a", big]),
+                     lambda: list(c.stream(["a", big]))):
+            with pytest.raises(DaemonError) as ei:
+                call()
+            check(ei.value)
+        assert c.encode_chunks([big[:MAX_TEXT], big[MAX_TEXT:]]) == c.encode_chunks([big])
+
+    async def run():
+        async with AsyncClient(daemon.endpoint, timeout=10, retries=0) as c:
+            with pytest.raises(DaemonError) as ei:
+                await c.encode(big)
+            check(ei.value)
+    asyncio.run(run())
+
+
 def test_oversized_frame_drops_only_that_peer(daemon, tok):
     """A frame over ZMQ_MAXMSGSIZE disconnects its sender; everyone else is served."""
     bad = dealer(daemon.endpoint)
