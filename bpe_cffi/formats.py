@@ -174,20 +174,27 @@ def _vocab_in_bulk(pairs, byte_level: bool):
             not all(type(i) is int for i in ids) or \
             (ids and not 0 <= min(ids) <= max(ids) < 2 ** 32 - 1):
         return None
-    if byte_level:       # one alphabet character per byte
-        try:
-            joined = "".join(strs).translate(_decode_table()).encode("latin-1")
-        except UnicodeEncodeError:
-            return None
-        ends = list(itertools.accumulate(map(len, strs)))
-        tokens = list(map(joined.__getitem__, map(slice, [0] + ends, ends)))
-    else:
-        tokens = [s.encode("utf-8", "surrogatepass") for s in strs]
+    tokens = _token_bytes_in_bulk(strs, byte_level)
+    if tokens is None:
+        return None
     vocab = dict(zip(ids, tokens))
     n = len(pairs)
     if len(vocab) != n or len(set(strs)) != n or len(set(tokens)) != n:
         return None
     return vocab
+
+
+def _token_bytes_in_bulk(strs, byte_level: bool):
+    """The bytes of each token string (token_str_to_bytes, or UTF-8 with byte_level False),
+    converted all at once; None if some character is outside the byte-level alphabet."""
+    if not byte_level:
+        return [s.encode("utf-8", "surrogatepass") for s in strs]
+    try:                 # one alphabet character per byte
+        joined = "".join(strs).translate(_decode_table()).encode("latin-1")
+    except UnicodeEncodeError:
+        return None
+    ends = list(itertools.accumulate(map(len, strs)))
+    return list(map(joined.__getitem__, map(slice, [0] + ends[:-1], ends)))
 
 
 def _vocab_checked(pairs, path, text, byte_level: bool) -> dict:
@@ -232,11 +239,39 @@ def read_gpt2_merges(path, with_lines: bool = False, byte_level: bool = True):
     """merges.txt -> [(left bytes, right bytes)] in rank order (and, with with_lines, the
     line number of each merge).  byte_level=False: token strings are plain text."""
     path = os.fspath(path)
+    text = _read_text(path, "a GPT-2 merges.txt (two tokens a line)")
+    found = _merges_in_bulk(text, byte_level)
+    if found is None:           # some line is not "a b": line by line, to name it
+        found = _merges_checked(text, path, byte_level)
+    return found if with_lines else found[0]
+
+
+def _merges_in_bulk(text: str, byte_level: bool):
+    """(merges, line numbers) of a merges.txt whose every line is two tokens and one space
+    (after the "#version" line; a final newline allowed), converted a list at a time; None
+    for any other text."""
+    lines = text.split("\n")
+    first = 1 if lines[0].startswith("#version") else 0
+    if lines[-1] == "":
+        lines.pop()
+    pairs = [line.split(" ") for line in lines[first:]]
+    if "\r" in text or not all(len(p) == 2 and p[0] and p[1] for p in pairs):
+        return None
+    names = list({s: None for p in pairs for s in p})
+    tokens = _token_bytes_in_bulk(names, byte_level)
+    if tokens is None:
+        return None
+    by_name = dict(zip(names, tokens))
+    merges = [(by_name[a], by_name[b]) for a, b in pairs]
+    return merges, list(range(first + 1, first + 1 + len(merges)))
+
+
+def _merges_checked(text: str, path: str, byte_level: bool):
+    """(merges, line numbers) of merges.txt line by line; ValueError naming a bad line."""
     merges = []
     lines = []
     cache = {}
-    for lineno, line in enumerate(_read_text(path, "a GPT-2 merges.txt (two tokens a "
-                                                "line)").split("\n"), 1):
+    for lineno, line in enumerate(text.split("\n"), 1):
         line = line.rstrip("\r")
         if lineno == 1 and line.startswith("#version"):
             continue
@@ -253,7 +288,7 @@ def read_gpt2_merges(path, with_lines: bool = False, byte_level: bool = True):
                     s.encode("utf-8")
         merges.append((cache[a], cache[b]))
         lines.append(lineno)
-    return (merges, lines) if with_lines else merges
+    return merges, lines
 
 
 def recorded_pattern(merges_path):

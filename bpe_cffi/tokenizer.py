@@ -119,6 +119,42 @@ def _special_hint(b: bytes, special_tokens) -> str:
     return " (a special token: it must not also be an ordinary token)" if named else ""
 
 
+def _plain_vocab(vocab: dict):
+    """(vocab as {int id: bytes}, {bytes: id}) when every entry is already so (int ids in
+    range, non-empty distinct bytes), checked a list at a time; (None, None) otherwise."""
+    ids, tokens = list(vocab), list(vocab.values())
+    if not ids or not all(type(i) is int for i in ids) or \
+            not all(type(b) is bytes and b for b in tokens) or \
+            not 0 <= min(ids) <= max(ids) < 2 ** 32 - 1:
+        return None, None
+    seen = dict(zip(tokens, ids))
+    return (dict(vocab), seen) if len(seen) == len(ids) else (None, None)
+
+
+def _checked_vocab(vocab: dict, special_tokens):
+    """(vocab as {int id: bytes}, {bytes: id}) entry by entry, raising on the first bad
+    one."""
+    clean = {}
+    seen = {}
+    for i, b in vocab.items():
+        if isinstance(i, bool) or not hasattr(i, "__index__"):
+            raise TypeError(f"vocab: token id {i!r} is not an int")
+        i = i.__index__()
+        if not isinstance(b, (bytes, bytearray, memoryview)):
+            raise TypeError(f"vocab: token {i} must be bytes, not {type(b).__name__}")
+        if i < 0 or i >= 2 ** 32 - 1:
+            raise ValueError(f"vocab: token id {i} is out of range")
+        b = bytes(b)
+        if not b:
+            raise ValueError(f"vocab: token {i} is empty")
+        if b in seen:
+            raise ValueError(f"vocab: tokens {seen[b]} and {i} have the same bytes {b!r}"
+                             + _special_hint(b, special_tokens))
+        seen[b] = int(i)
+        clean[int(i)] = b
+    return clean, seen
+
+
 def _numbered_after(vocab: dict, known: dict, names) -> dict:
     """{name: id} for special tokens given as a list: a known one keeps its id, the others
     follow the highest id of the vocabulary and of the known ones, in order."""
@@ -579,24 +615,9 @@ class Tokenizer(TiktokenMethods):
                      normalizer=normalizer, decoder=decoder)
         if not isinstance(vocab, dict):
             raise TypeError(f"vocab must be a dict {{id: bytes}}, not {type(vocab).__name__}")
-        clean = {}
-        seen = {}
-        for i, b in vocab.items():
-            if isinstance(i, bool) or not hasattr(i, "__index__"):
-                raise TypeError(f"vocab: token id {i!r} is not an int")
-            i = i.__index__()
-            if not isinstance(b, (bytes, bytearray, memoryview)):
-                raise TypeError(f"vocab: token {i} must be bytes, not {type(b).__name__}")
-            if i < 0 or i >= 2 ** 32 - 1:
-                raise ValueError(f"vocab: token id {i} is out of range")
-            b = bytes(b)
-            if not b:
-                raise ValueError(f"vocab: token {i} is empty")
-            if b in seen:
-                raise ValueError(f"vocab: tokens {seen[b]} and {i} have the same bytes {b!r}"
-                                 + _special_hint(b, special_tokens))
-            seen[b] = int(i)
-            clean[int(i)] = b
+        clean, seen = _plain_vocab(vocab)
+        if clean is None:
+            clean, seen = _checked_vocab(vocab, special_tokens)
         if merges is None:
             merges = []
         merges = list(merges)

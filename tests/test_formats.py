@@ -215,6 +215,32 @@ def test_vocab_json_bulk_equals_checked():
             formats._vocab_checked(bad, "v", None, True)
 
 
+def test_merges_txt_bulk_equals_checked(tmp_path):
+    """read_gpt2_merges reads the common layout a list at a time: the same merges and line
+    numbers as line by line; other layouts (CRLF, blank lines) go line by line."""
+    from conftest import vocab_path
+    from bpe_cffi import formats
+    from bpe_cffi.tokenizer import _checked_vocab, _plain_vocab
+    text = vocab_path("gpt2_merges.txt").read_text("utf-8")
+    bulk = formats._merges_in_bulk(text, True)
+    assert bulk is not None and len(bulk[0]) == 50000
+    assert bulk == formats._merges_checked(text, "m", True)
+    with_header = "#version: 0.2\n" + text
+    assert formats._merges_in_bulk(with_header, True) == \
+        formats._merges_checked(with_header, "m", True)
+    assert formats._merges_in_bulk(with_header, True)[1][:2] == [2, 3]
+    for other in (with_header.replace("\n", "\r\n"), with_header.replace("\n", "\n\n", 3),
+                  "a b\nc d e\n", "a b\n\u2603 b\n"):
+        assert formats._merges_in_bulk(other, True) is None
+    p = write(tmp_path, "m.txt", with_header.replace("\n", "\r\n"))
+    assert formats.read_gpt2_merges(p) == bulk[0]
+    vocab = formats.read_gpt2_vocab(vocab_path("gpt2_vocab.json"))
+    assert _plain_vocab(vocab) == _checked_vocab(vocab, None)
+    for bad in ({0: b"a", 1: b"a"}, {0: b""}, {-1: b"a"}, {True: b"a"}, {0: "a"},
+                {0: bytearray(b"a")}, {2 ** 32 - 1: b"a"}, {}):
+        assert _plain_vocab(bad) == (None, None), bad
+
+
 def test_truncated_files(tmp_path):
     from conftest import vocab_path
     raw = vocab_path("cl100k_base.tiktoken").read_bytes()
