@@ -7,8 +7,9 @@ setup(
     # Fast id lists (csrc/pyext/idlist.c).  Optional: if it cannot be compiled, bpe_cffi
     # falls back to memoryview.tolist (same results, slower).
     ext_modules=[Extension("bpe_cffi._idlist",
-                           ["csrc/pyext/idlist.c", "csrc/pyext/tiktoken_file.c"],
+                           ["csrc/pyext/idlist.c", "csrc/pyext/tiktoken_file.c",
+                            "csrc/pyext/encode_call.c"],
                            # headers shared with the C core, and its own
-                           depends=["csrc/utf8_char.h", "csrc/pyext/tiktoken_file.h"],
+                           depends=["csrc/utf8_char.h", "csrc/bpe.h", "csrc/pyext/idlist.h"],
                            extra_compile_args=["-O2", "-Wall", "-Wextra"], optional=True)],
 )

@@ -14,6 +14,7 @@ tokenizer.py uses memoryview.tolist(), which gives the same lists more slowly.
 MAX_CACHED = 1 << 20
 
 _CACHE = []
+CACHE = _CACHE       # for callers of the helper's functions that take the cache
 
 try:
     from . import _idlist
@@ -21,6 +22,10 @@ try:
 except ImportError:  # pragma: no cover - depends on the build
     _idlist = None
     FAST = False
+
+# encode_str(text, keep, tokenizer, mode, encode, ids_free, cache) -> list, (rc, info) or
+# None: a short str's ids in one call (csrc/pyext/encode_call.c); None without the helper
+encode_str = _idlist.encode_str if FAST else None
 
 
 def reserve(limit: int) -> None:

@@ -80,6 +80,14 @@ def _ids_py(ptr, n) -> list:
 # not link the core).
 _BATCH_NEXT = int(ffi.cast("uintptr_t", ffi.addressof(lib, "bpe_batch_next")))
 _BATCH_POLL = int(ffi.cast("uintptr_t", ffi.addressof(lib, "bpe_batch_poll")))
+# ... and bpe_encode and bpe_ids_free, for its encode_str (short texts in one call)
+_ENCODE = int(ffi.cast("uintptr_t", ffi.addressof(lib, "bpe_encode")))
+_IDS_FREE = int(ffi.cast("uintptr_t", ffi.addressof(lib, "bpe_ids_free")))
+# texts shorter than this (characters) go through encode_str: a longer one's encoding can
+# take long enough to want Ctrl-C, which the CFFI path handles, and the call's own cost is
+# lost in it anyway
+_SHORT_TEXT = 4096
+_encode_str = _idcache.encode_str
 
 
 def _split_ids(ptr, ends_ptr, n_texts) -> list:
@@ -898,6 +906,8 @@ class Tokenizer(TiktokenMethods):
         if opts["dropout"] and seed is None:
             _RANDOM_SEEDED.add(self)     # a forked child draws its own stream (_reseed_all)
         self._all_mode = self._mode_for("all", ())
+        self._address = _address(self._ptr)             # for encode_str (_short_ids)
+        self._all_mode_address = _address(self._all_mode) or None
         _idcache.reserve(lib.bpe_tokenizer_id_limit(self._ptr))
 
     # ---- lifetime ---------------------------------------------------------------------------
@@ -1103,10 +1113,26 @@ class Tokenizer(TiktokenMethods):
         encoded as text."""
         if (allowed_special == "all" and disallowed_special == ()) or (
                 allowed_special == "all" and not disallowed_special):
-            mode = self._all_mode
+            mode, address = self._all_mode, self._all_mode_address
         else:
             mode = self._mode_for(allowed_special, disallowed_special)
-        return self._encode_text(text, mode)
+            address = _address(mode) or None
+        ids = self._short_ids(text, address)
+        return ids if ids is not None else self._encode_text(text, mode)
+
+    def _short_ids(self, text, mode_address):
+        """The ids of a short str (shorter than _SHORT_TEXT) of a tokenizer that encodes in
+        C, made in one call of the helper extension (csrc/pyext/encode_call.c); None when
+        this is not such a text, for the general path."""
+        ptr = self._ptr         # read once: held by the call, so a close() cannot free it
+        if ptr is None or type(text) is not str or len(text) >= _SHORT_TEXT or \
+                self._py_path or _encode_str is None:
+            return None
+        ids = _encode_str(text, ptr, self._address, mode_address, _ENCODE, _IDS_FREE,
+                          _idcache.CACHE)
+        if type(ids) is tuple:
+            self._raise_encode(*ids)
+        return ids
 
     def _encode_text(self, text, mode) -> list:
         """The ids of a str (mode: a special-token mode array, or ffi.NULL for none).  An
@@ -1155,7 +1181,8 @@ class Tokenizer(TiktokenMethods):
 
     def encode_ordinary(self, text) -> list:
         """Token ids of `text`, special tokens treated as ordinary text."""
-        return self._encode_text(text, ffi.NULL)
+        ids = self._short_ids(text, None)
+        return ids if ids is not None else self._encode_text(text, ffi.NULL)
 
     def __call__(self, text):
         return self.encode(text)

@@ -547,8 +547,9 @@ def test_close_while_other_threads_encode(tmp_path):
     src = tmp_path / "in.txt"
     src.write_text(text, encoding="utf-8")
     ref = ours("gpt2")
+    short = [d for d in docs if 0 < len(d) < 2000][:3000]    # encode_str's one-call path
     wanted = {"single": ref.encode(text), "batch": ref.encode_batch(docs),
-              "file": len(ref.encode(text))}
+              "file": len(ref.encode(text)), "short": [ref.encode(d) for d in short]}
     for delay in (0.0, 0.001, 0.003, 0.008):
         tok = _ours.__wrapped__("gpt2")
         outcome = {}
@@ -559,6 +560,10 @@ def test_close_while_other_threads_encode(tmp_path):
                     got = tok.encode(text)
                 elif kind == "batch":
                     got = tok.encode_batch(docs, num_threads=2)
+                elif kind == "short":
+                    got = []
+                    for d in short:
+                        got.append(tok.encode(d))
                 else:
                     got = tok.encode_file(src, tmp_path / f"out{delay}.bin", progress=False)
                 outcome[kind] = got == wanted[kind]
@@ -575,6 +580,43 @@ def test_close_while_other_threads_encode(tmp_path):
         assert outcome == {k: True for k in wanted}, (delay, outcome)
         with pytest.raises(ValueError, match="closed"):
             tok.encode_batch(docs[:3])
+
+
+@pytest.mark.parametrize("vocab", ["gpt2", "cl100k_base"])
+def test_short_texts_in_one_call_equal_the_general_path(vocab, monkeypatch):
+    """encode / encode_ordinary of a str under 4096 characters run in one call of the helper
+    (csrc/pyext/encode_call.c): the same ids, errors and fallbacks as the CFFI path, which
+    they took before (and take without the helper)."""
+    from bpe_cffi import tokenizer as tk
+    from pyapi_helpers import reference
+    if tk._encode_str is None:
+        pytest.skip("the helper extension is not built")
+    tok, enc = ours(vocab), reference(vocab)
+    texts = random_texts(seed=7, n=300) + [
+        "", "a", "<|endoftext|>", "x<|endoftext|>y" * 3, "caf\u00e9 \U0001F600",
+        "a\ud800b", "\udc00", "\ud83d\ude00 pair as two units", "x" * 4095, "y" * 4096,
+        "\u00e9" * 300 + " tail"]            # "y" * 4096: just past the one-call path
+
+    class Sub(str):
+        pass
+
+    cases = [("ordinary", {}), ("all", {"allowed_special": "all"}),
+             ("none", {"allowed_special": set()}),
+             ("named", {"allowed_special": {"<|endoftext|>"}})]
+    fast = {}
+    for name, kw in cases:
+        call = tok.encode_ordinary if name == "ordinary" else (lambda t, kw=kw: tok.encode(t, **kw))
+        fast[name] = [call(t) for t in texts] + [call(Sub("hello <|endoftext|>"))]
+    monkeypatch.setattr(tk, "_encode_str", None)
+    for name, kw in cases:
+        call = tok.encode_ordinary if name == "ordinary" else (lambda t, kw=kw: tok.encode(t, **kw))
+        assert fast[name] == [call(t) for t in texts] + [call(Sub("hello <|endoftext|>"))], name
+    assert fast["ordinary"][:-1] == [enc.encode_ordinary(t) for t in texts]
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="disallowed special token"):
+        tok.encode("x<|endoftext|>", allowed_special=set(), disallowed_special="all")
+    with pytest.raises(TypeError, match="must be a str"):
+        tok.encode_ordinary(b"bytes")
 
 
 def test_n_vocab_matches_c(trained):

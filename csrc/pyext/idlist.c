@@ -38,7 +38,8 @@
  * encode_batch reply (a msgpack map) straight from the ids C returned; ids_from_le_bytes is
  * the client's side, packed ids back into a list.
  *
- * For loading vocabularies: parse_tiktoken (tiktoken_file.c) reads a .tiktoken file.
+ * For loading vocabularies: parse_tiktoken (tiktoken_file.c) reads a .tiktoken file.  For
+ * short texts: encode_str (encode_call.c) encodes a str and makes its list in one call.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -46,7 +47,7 @@
 #include <string.h>
 
 #include "../utf8_char.h"
-#include "tiktoken_file.h"
+#include "idlist.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -206,6 +207,15 @@ static int check_cache(PyObject *cache)
         return -1;
     }
     return 0;
+}
+
+PyObject *bpe_py_ids_list(const uint32_t *ids, Py_ssize_t n, PyObject *cache)
+{
+    cached_ints c;
+    if (check_cache(cache) < 0)
+        return NULL;
+    c = cached_now(cache);
+    return make_list(ids, n, &c);
 }
 
 /* ids_list(address, n, cache) -> list of the n uint32 ids at address. */
@@ -1051,6 +1061,9 @@ static PyMethodDef methods[] = {
      "join_utf8_bytes(list of bytes) -> (bytes, size_t ends) or None"},
     {"pack_batch_reply", pack_batch_reply, METH_VARARGS,
      "pack_batch_reply(packed_id, ids_address, ends_address, first, count) -> bytes"},
+    {"encode_str", (PyCFunction)(void (*)(void))bpe_py_encode_str, METH_FASTCALL,
+     "encode_str(text, keep, tokenizer, mode, encode, ids_free, cache) -> list, (rc, info) "
+     "or None (see encode_call.c)"},
     {"parse_tiktoken", bpe_py_parse_tiktoken, METH_O,
      "parse_tiktoken(data) -> {rank: token bytes} or None (see tiktoken_file.c)"},
     {NULL, NULL, 0, NULL},

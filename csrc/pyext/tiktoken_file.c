@@ -14,12 +14,9 @@
  * which either gives the same dict or names the line that is wrong.  Duplicate tokens are
  * left for formats.py to find, as for the other reader.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
 #include <string.h>
 
-#include "tiktoken_file.h"
+#include "idlist.h"
 
 #define RANK_LIMIT 4294967295u   /* 2^32 - 1, the first rank refused */
 
