@@ -8,7 +8,7 @@ setup(
     # falls back to memoryview.tolist (same results, slower).
     ext_modules=[Extension("bpe_cffi._idlist",
                            ["csrc/pyext/idlist.c", "csrc/pyext/tiktoken_file.c",
-                            "csrc/pyext/encode_call.c"],
+                            "csrc/pyext/one_call.c"],
                            # headers shared with the C core, and its own
                            depends=["csrc/utf8_char.h", "csrc/bpe.h", "csrc/pyext/idlist.h"],
                            extra_compile_args=["-O2", "-Wall", "-Wextra"], optional=True)],

@@ -24,8 +24,11 @@ except ImportError:  # pragma: no cover - depends on the build
     FAST = False
 
 # encode_str(text, keep, tokenizer, mode, encode, ids_free, cache) -> list, (rc, info) or
-# None: a short str's ids in one call (csrc/pyext/encode_call.c); None without the helper
+# None: a short str's ids in one call (csrc/pyext/one_call.c); None without the helper
 encode_str = _idlist.encode_str if FAST else None
+# decode_ids(ids, keep, tokenizer, decode, bytes_free, errors) -> bytes or str, (rc, index)
+# or None: a short list of ids decoded in one call (one_call.c); None without the helper
+decode_ids = _idlist.decode_ids if FAST else None
 
 
 def reserve(limit: int) -> None:

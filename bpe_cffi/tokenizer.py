@@ -80,14 +80,17 @@ def _ids_py(ptr, n) -> list:
 # not link the core).
 _BATCH_NEXT = int(ffi.cast("uintptr_t", ffi.addressof(lib, "bpe_batch_next")))
 _BATCH_POLL = int(ffi.cast("uintptr_t", ffi.addressof(lib, "bpe_batch_poll")))
-# ... and bpe_encode and bpe_ids_free, for its encode_str (short texts in one call)
+# ... and the functions its encode_str and decode_ids call (short jobs in one call)
 _ENCODE = int(ffi.cast("uintptr_t", ffi.addressof(lib, "bpe_encode")))
 _IDS_FREE = int(ffi.cast("uintptr_t", ffi.addressof(lib, "bpe_ids_free")))
+_DECODE = int(ffi.cast("uintptr_t", ffi.addressof(lib, "bpe_decode")))
+_BYTES_FREE = int(ffi.cast("uintptr_t", ffi.addressof(lib, "bpe_bytes_free")))
 # texts shorter than this (characters) go through encode_str: a longer one's encoding can
 # take long enough to want Ctrl-C, which the CFFI path handles, and the call's own cost is
 # lost in it anyway
 _SHORT_TEXT = 4096
 _encode_str = _idcache.encode_str
+_decode_ids = _idcache.decode_ids
 
 
 def _split_ids(ptr, ends_ptr, n_texts) -> list:
@@ -1122,7 +1125,7 @@ class Tokenizer(TiktokenMethods):
 
     def _short_ids(self, text, mode_address):
         """The ids of a short str (shorter than _SHORT_TEXT) of a tokenizer that encodes in
-        C, made in one call of the helper extension (csrc/pyext/encode_call.c); None when
+        C, made in one call of the helper extension (csrc/pyext/one_call.c); None when
         this is not such a text, for the general path."""
         ptr = self._ptr         # read once: held by the call, so a close() cannot free it
         if ptr is None or type(text) is not str or len(text) >= _SHORT_TEXT or \
@@ -1779,8 +1782,29 @@ class Tokenizer(TiktokenMethods):
             values.append(i)
         return ids, ffi.new("uint32_t[]", values)
 
+    def _short_decode(self, ids, errors):
+        """decode_bytes(ids) (errors None) or its text decoded with `errors`, for a list of
+        up to 1024 plain ints, in one call of the helper extension (csrc/pyext/one_call.c);
+        None for other ids, left to the general path."""
+        ptr = self._ptr         # read once: held by the call, so a close() cannot free it
+        if ptr is None or type(ids) is not list or _decode_ids is None:
+            return None
+        out = _decode_ids(ids, ptr, self._address, _DECODE, _BYTES_FREE, errors)
+        if type(out) is tuple:
+            self._raise_decode(ids, *out)
+        return out
+
+    def _raise_decode(self, ids, rc, k):
+        if rc == lib.BPE_ERR_ID:
+            raise ValueError(f"unknown token id {ids[k]} at position {k} (n_vocab is "
+                             f"{self._n_vocab})")
+        raise_for(rc, "decode")
+
     def decode_bytes(self, ids) -> bytes:
         """The bytes of a sequence of ids; ValueError naming an unknown id."""
+        out = self._short_decode(ids, None)
+        if out is not None:
+            return out
         if type(ids) is list and len(ids) <= 512 and self._ptr is not None:
             # short lists: a dict lookup per id beats building a C array (per-call cost);
             # only for ints (a float equal to an id would find it)
@@ -1796,11 +1820,8 @@ class Tokenizer(TiktokenMethods):
         bad = ffi.new("size_t *")
         rc = lib.bpe_decode(self._handle(), arr, len(ids), out, bad)
         try:
-            if rc == lib.BPE_ERR_ID:
-                k = bad[0]
-                raise ValueError(f"unknown token id {ids[k]} at position {k} (n_vocab is "
-                                 f"{self._n_vocab})")
-            raise_for(rc, "decode")
+            if rc:
+                self._raise_decode(ids, rc, bad[0])
             return ffi.unpack(ffi.cast("char *", out.data), out.len) if out.len else b""
         finally:
             lib.bpe_bytes_free(out)
@@ -1821,7 +1842,9 @@ class Tokenizer(TiktokenMethods):
                 raise ValueError(f"decode(errors={errors!r}): a tokenizer with a decoder "
                                  f"decodes as its decoder does (errors='replace')")
             return self._decoder.decode(self.id_to_tokens(ids))
-        return self.decode_bytes(ids).decode("utf-8", errors=errors)
+        text = self._short_decode(ids, errors)
+        return text if text is not None else self.decode_bytes(ids).decode("utf-8",
+                                                                            errors=errors)
 
     def _skipped_ids(self) -> frozenset:
         """The ids decode(skip_special_tokens=True) leaves out (made once: a file may list

@@ -302,7 +302,7 @@ else
 fi
 PYINC="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
 $CC $FLAGS -shared -fPIC -I"$PYINC" csrc/pyext/idlist.c csrc/pyext/tiktoken_file.c \
-    csrc/pyext/encode_call.c -o "$IDLIST"
+    csrc/pyext/one_call.c -o "$IDLIST"
 [ $# -eq 0 ] && set -- tests
 echo "== sanitize.sh: pytest $* under ASan/UBSan" >&2
 LD_PRELOAD="$ASAN_LIB" \

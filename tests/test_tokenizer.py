@@ -585,7 +585,7 @@ def test_close_while_other_threads_encode(tmp_path):
 @pytest.mark.parametrize("vocab", ["gpt2", "cl100k_base"])
 def test_short_texts_in_one_call_equal_the_general_path(vocab, monkeypatch):
     """encode / encode_ordinary of a str under 4096 characters run in one call of the helper
-    (csrc/pyext/encode_call.c): the same ids, errors and fallbacks as the CFFI path, which
+    (csrc/pyext/one_call.c): the same ids, errors and fallbacks as the CFFI path, which
     they took before (and take without the helper)."""
     from bpe_cffi import tokenizer as tk
     from pyapi_helpers import reference
@@ -617,6 +617,37 @@ def test_short_texts_in_one_call_equal_the_general_path(vocab, monkeypatch):
         tok.encode("x<|endoftext|>", allowed_special=set(), disallowed_special="all")
     with pytest.raises(TypeError, match="must be a str"):
         tok.encode_ordinary(b"bytes")
+
+
+@pytest.mark.parametrize("vocab", ["gpt2", "o200k_base"])
+def test_short_id_lists_decoded_in_one_call_equal_the_general_path(vocab, monkeypatch):
+    """decode / decode_bytes of a list of up to 1024 plain ints run in one call of the helper
+    (one_call.c): the same bytes, text (for each errors=) and errors as the general path."""
+    import random
+    from bpe_cffi import tokenizer as tk
+    if tk._decode_ids is None:
+        pytest.skip("the helper extension is not built")
+    tok = ours(vocab)
+    rng = random.Random(3)
+    n = tok.n_vocab
+    lists = [[], [0], [n - 1], list(range(300)), [rng.randrange(n) for _ in range(1024)],
+             [rng.randrange(n) for _ in range(1025)], tok.encode("caf\u00e9 \U0001F600"),
+             tok.encode("\U0001F600")[:1], tok.encode("<|endoftext|>")]
+    lists += [[rng.randrange(n) for _ in range(rng.randrange(1, 40))] for _ in range(200)]
+    odd = [[1, n + 5], [1, -1], [1, 2 ** 32], [1, 2.0], [True, 2], [1, "x"], (1, 2)]
+
+    def outcome(call, ids):
+        try:
+            return call(ids)
+        except (ValueError, TypeError) as exc:       # UnicodeDecodeError is a ValueError
+            return type(exc), str(exc)
+
+    calls = [tok.decode_bytes] + [lambda ids, e=e: tok.decode(ids, errors=e)
+                                  for e in ("replace", "strict", "ignore", "backslashreplace")]
+    fast = [[outcome(c, ids) for ids in lists + odd] for c in calls]
+    monkeypatch.setattr(tk, "_decode_ids", None)
+    assert fast == [[outcome(c, ids) for ids in lists + odd] for c in calls]
+    assert any(type(r) is tuple and r[0] is UnicodeDecodeError for r in fast[2])
 
 
 def test_n_vocab_matches_c(trained):

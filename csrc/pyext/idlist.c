@@ -39,7 +39,8 @@
  * the client's side, packed ids back into a list.
  *
  * For loading vocabularies: parse_tiktoken (tiktoken_file.c) reads a .tiktoken file.  For
- * short texts: encode_str (encode_call.c) encodes a str and makes its list in one call.
+ * short texts: encode_str (one_call.c) encodes a str and makes its list in one call, and
+ * decode_ids decodes a short list of ids.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1063,7 +1064,10 @@ static PyMethodDef methods[] = {
      "pack_batch_reply(packed_id, ids_address, ends_address, first, count) -> bytes"},
     {"encode_str", (PyCFunction)(void (*)(void))bpe_py_encode_str, METH_FASTCALL,
      "encode_str(text, keep, tokenizer, mode, encode, ids_free, cache) -> list, (rc, info) "
-     "or None (see encode_call.c)"},
+     "or None (see one_call.c)"},
+    {"decode_ids", (PyCFunction)(void (*)(void))bpe_py_decode_ids, METH_FASTCALL,
+     "decode_ids(ids, keep, tokenizer, decode, bytes_free, errors) -> bytes or str, "
+     "(rc, index) or None (see one_call.c)"},
     {"parse_tiktoken", bpe_py_parse_tiktoken, METH_O,
      "parse_tiktoken(data) -> {rank: token bytes} or None (see tiktoken_file.c)"},
     {NULL, NULL, 0, NULL},
