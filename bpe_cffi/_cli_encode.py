@@ -54,8 +54,8 @@ def add_parser(subparsers) -> None:
                    help="id width; default uint16 when the vocabulary has at most 65536 ids, "
                         "else uint32")
     p.add_argument("--threads", type=int, metavar="N",
-                   help="worker threads (default: one per core this process may use, "
-                        "no more than its cgroup CPU quota allows)")
+                   help="worker threads (default, or 0: one per core this process may "
+                        "use, no more than its cgroup CPU quota allows)")
     p.add_argument("--no-progress", action="store_true",
                    help="do not draw the progress bar on stderr")
     p.add_argument("-q", "--quiet", action="store_true",
@@ -119,8 +119,8 @@ def load_tokenizer(source, kw):
 
 def run(args) -> int:
     from . import formats
-    if args.threads is not None and args.threads < 1:
-        raise ValueError(f"--threads must be at least 1, not {args.threads}")
+    if args.threads is not None and args.threads < 0:
+        raise ValueError(f"--threads must be >= 0 (0: one per core), not {args.threads}")
     source_path = input_path(args.input)
     if not os.path.exists(source_path):
         raise FileNotFoundError(2, "input file not found", args.input)

@@ -55,8 +55,8 @@ def add_parser(subparsers) -> None:
                    help="pre-tokenizer: gpt2, cl100k, o200k (fast, in C) or any regex "
                         "(Python `regex` module); default gpt2")
     p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="worker threads (default: one per core this process may use, "
-                        "no more than its cgroup CPU quota allows)")
+                   help="worker threads (default, or 0: one per core this process may "
+                        "use, no more than its cgroup CPU quota allows)")
     p.add_argument("--min-frequency", type=int, default=None, metavar="F",
                    help="stop when the most frequent pair occurs fewer than F times")
     p.add_argument("--max-token-length", type=int, default=None, metavar="L",

@@ -770,6 +770,13 @@ def test_cli_encode(tmp_path, capsys):
                      "--no-progress", "--threads", "2"]) == 0
     assert numpy.fromfile(out, dtype="<u2").tolist() == load(vocab).encode(text)
     assert "tokens (uint16) written" in capsys.readouterr().err
+    # --threads 0 is the default (one per core), as num_threads=0 is; below 0 is refused
+    assert cli.main(["encode", "--tokenizer", str(vocab), str(src), "-o", str(out),
+                     "--no-progress", "--threads", "0"]) == 0
+    assert numpy.fromfile(out, dtype="<u2").tolist() == load(vocab).encode(text)
+    assert cli.main(["encode", "--tokenizer", str(vocab), str(src), "-o", str(out),
+                     "--threads", "-1"]) == 1
+    assert "--threads must be >= 0" in capsys.readouterr().err
     assert cli.main(["encode", "--tokenizer", str(vocab), str(tmp_path / "nope.txt"),
                      "-o", str(out)]) == 1
     assert "nope.txt" in capsys.readouterr().err
