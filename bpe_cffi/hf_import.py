@@ -362,10 +362,10 @@ def _vocab_and_merges(model, special, byte_level, path, text, fail):
     # added tokens may also appear in model.vocab, as raw strings: they are special here,
     # and stay model tokens too when the merges use or make them (HF's add_tokens(["ing"])
     # of a token the model has: the model still merges "in" + "g" into it)
+    pairs = _merge_pairs(raw_merges)
     also_added = {s for s, i in special.items() if raw_vocab.get(s, -1) == i}
     if also_added:
-        in_merges = formats.merge_names(_merge_pairs(raw_merges),
-                                        model.get("continuing_subword_prefix") or "")
+        in_merges = formats.merge_names(pairs, model.get("continuing_subword_prefix") or "")
         raw_vocab = {s: i for s, i in raw_vocab.items()
                      if not (s in also_added and s not in in_merges)}
     if byte_level:
@@ -389,15 +389,13 @@ def _vocab_and_merges(model, special, byte_level, path, text, fail):
                  f"unsupported")
     # the bytes of each token string, first those of the vocabulary (merges name them)
     cache = dict(zip(raw_vocab, map(vocab.__getitem__, raw_vocab.values())))
-    merges = []
-    append = merges.append
-    for k, m in enumerate(raw_merges):
-        try:             # the usual case: two token strings of the vocabulary
-            a, b = m.split(" ") if type(m) is str else m if type(m) is list else ()
-            append((cache[a], cache[b]))
-        except (KeyError, TypeError, ValueError):
-            append(_merge_bytes(k, m, cache, to_bytes, path, fail))
-    return vocab, merges
+    if len(pairs) == len(raw_merges):
+        try:             # the usual case: every merge two token strings of the vocabulary
+            return vocab, [(cache[a], cache[b]) for a, b in pairs]
+        except KeyError:
+            pass
+    return vocab, [_merge_bytes(k, m, cache, to_bytes, path, fail)
+                   for k, m in enumerate(raw_merges)]
 
 
 def _merge_bytes(k, m, cache, to_bytes, path, fail):
@@ -420,8 +418,13 @@ def _merge_bytes(k, m, cache, to_bytes, path, fail):
 
 
 def _merge_pairs(raw_merges) -> list:
-    """The (left, right) token strings of the well-formed entries of model.merges (either
-    form); the others are left to the merges' check."""
+    """The [left, right] token strings of the well-formed entries of model.merges (either
+    form; a part may be empty, which no token is); the others are left to the merges'
+    check."""
+    if all(type(m) is str for m in raw_merges):        # "a b" each, as HF writes them
+        pairs = [m.split(" ") for m in raw_merges]
+        if all(len(p) == 2 for p in pairs):
+            return pairs
     pairs = []
     for m in raw_merges:
         parts = m.split(" ") if type(m) is str else m
