@@ -309,6 +309,23 @@ def recorded_pattern(merges_path):
     return pattern
 
 
+def is_initial_symbol(token, byte_level: bool, prefix=b"", suffix=b"") -> bool:
+    """Whether a model token is one of BPE's initial symbols, which it makes without any
+    merge: one byte (byte-level) or one character, with its continuing-subword prefix or
+    end-of-word suffix (token, prefix, suffix: bytes, or strs, alike)."""
+    core = token
+    if prefix and core.startswith(prefix) and len(core) > len(prefix):
+        core = core[len(prefix):]
+    if suffix and core.endswith(suffix) and len(core) > len(suffix):
+        core = core[:-len(suffix)]
+    if isinstance(core, str) or byte_level:
+        return len(core) == 1
+    try:
+        return len(core.decode("utf-8")) == 1
+    except UnicodeDecodeError:
+        return False
+
+
 def merge_names(pairs, prefix="") -> set:
     """Every token a merge list names: both parts of each merge (a, b) and its result, a + b
     with b's continuing-subword prefix cut (HF's rule; a + b whole is kept too).  pairs and

@@ -361,13 +361,17 @@ def _vocab_and_merges(model, special, byte_level, path, text, fail):
         fail("model.merges must be a list")
     # added tokens may also appear in model.vocab, as raw strings: they are special here,
     # and stay model tokens too when the merges use or make them (HF's add_tokens(["ing"])
-    # of a token the model has: the model still merges "in" + "g" into it)
+    # of a token the model has: the model still merges "in" + "g" into it) or when they are
+    # initial symbols (a byte, a character), which the model makes without a merge
     pairs = _merge_pairs(raw_merges)
     also_added = {s for s, i in special.items() if raw_vocab.get(s, -1) == i}
     if also_added:
-        in_merges = formats.merge_names(pairs, model.get("continuing_subword_prefix") or "")
+        prefix = model.get("continuing_subword_prefix") or ""
+        suffix = model.get("end_of_word_suffix") or ""
+        in_merges = formats.merge_names(pairs, prefix)
         raw_vocab = {s: i for s, i in raw_vocab.items()
-                     if not (s in also_added and s not in in_merges)}
+                     if not (s in also_added and s not in in_merges and
+                             not formats.is_initial_symbol(s, byte_level, prefix, suffix))}
     if byte_level:
         vocab = formats.vocab_from_token_strings(raw_vocab, path, text)
 

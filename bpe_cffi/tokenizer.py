@@ -796,10 +796,14 @@ class Tokenizer(TiktokenMethods):
         if opts["byte_fallback"]:
             kept.update(i for i in shared if _BYTE_TOKEN.fullmatch(vocab[i]))
         # a special token that is also an ordinary token the merges use or make (HF's
-        # add_tokens(["ing"])): it stays ordinary for the model (split out of the text first)
+        # add_tokens(["ing"])), or one of the model's initial symbols (a byte, or a
+        # character): it stays ordinary for the model (split out of the text first); else
+        # text holding that byte or character outside the special token lost it
         if shared:
             in_merges = formats.merge_names(merges, prefix)
-            kept.update(i for i in shared if vocab[i] in in_merges)
+            kept.update(i for i in shared if vocab[i] in in_merges or
+                        formats.is_initial_symbol(vocab[i], opts["byte_level"], prefix,
+                                                  suffix))
         removed = {vocab[i] for i in shared.difference(kept)}   # no longer model tokens
         for i in shared.difference(kept):
             del vocab[i]

@@ -564,6 +564,31 @@ def test_added_token_that_the_model_also_has(built, tmp_path, name):
             hf.encode(t, add_special_tokens=False).ids
 
 
+def test_added_token_that_is_a_model_symbol_merges_never_name(tmp_path):
+    """add_tokens of a token that is one of the model's initial symbols and in no merge: it
+    was taken out of the model, so where the added token does not match (single_word), or
+    for the byte a byte-level symbol stands for, the text lost it: "xab" gave [3] where HF
+    gives [2, 3], and "\u9000" two of its three bytes.  A character symbol now stays in the
+    model; a byte-level one whose added text is other bytes ("\u00e9" is the symbol of byte
+    0xE9) is refused, as it already was when a merge named it."""
+    hf = tokenizers.Tokenizer(models.BPE(vocab={"a": 0, "b": 1, "x": 2, "ab": 3},
+                                         merges=[("a", "b")]))
+    hf.pre_tokenizer = P.Whitespace()
+    hf.add_tokens([tokenizers.AddedToken("x", single_word=True)])
+    hf.save(str(tmp_path / "sw.json"))
+    tok = load(tmp_path / "sw.json")
+    for text in ("xab", "abx", "x ab", "x", "ab x ab", "xx"):
+        assert tok.encode(text) == hf.encode(text).ids, text
+    alphabet = {formats.bytes_to_token_str(bytes([b])): b for b in range(256)}
+    hf = tokenizers.Tokenizer(models.BPE(vocab=alphabet, merges=[]))
+    hf.pre_tokenizer = P.ByteLevel(add_prefix_space=False)
+    hf.add_tokens(["\u00e9"])
+    hf.save(str(tmp_path / "e.json"))
+    with pytest.raises(ValueError, match=r"added token '\u00e9' has id 233, which is the "
+                                         r"model's token b'\\xe9': unsupported"):
+        load(tmp_path / "e.json")
+
+
 @pytest.mark.parametrize("name", ["whitespace", "llama", "bytelevel-prefix"])
 def test_decode_skips_special_tokens_as_hf(built, name):
     """decode(skip_special_tokens=True), HF's default: the special tokens left out, an added

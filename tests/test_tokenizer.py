@@ -650,6 +650,26 @@ def test_short_id_lists_decoded_in_one_call_equal_the_general_path(vocab, monkey
     assert any(type(r) is tuple and r[0] is UnicodeDecodeError for r in fast[2])
 
 
+@pytest.mark.parametrize("byte_level", [True, False])
+def test_a_special_token_that_is_one_byte_or_character_keeps_it_in_the_model(byte_level):
+    """A special token whose text is one of the model's initial symbols (here "\n", which no
+    merge names) was taken out of the model: encode_ordinary("x\ny") lost the newline, and
+    so did decode(encode(...)) wherever the special token was not allowed."""
+    if byte_level:
+        vocab = {i: bytes([i]) for i in range(256)}
+    else:
+        vocab = {i: c.encode() for i, c in enumerate("abxy\n")}
+    vocab[300] = b"ab"
+    tok = Tokenizer(vocab, [(b"a", b"b")], ["\n", "<|endoftext|>"], byte_level=byte_level)
+    nl, x, y, ab = (next(i for i, b in vocab.items() if b == t) for t in (b"\n", b"x", b"y",
+                                                                         b"ab"))
+    assert tok.special_tokens["\n"] == nl
+    for call in (tok.encode_ordinary, tok.encode,
+                 lambda t: tok.encode(t, allowed_special=set())):
+        assert call("x\nyab") == [x, nl, y, ab]
+    assert tok.decode(tok.encode_ordinary("ab\n\nx")) == "ab\n\nx"
+
+
 def test_n_vocab_matches_c(trained):
     from bpe_cffi._native import lib
     for tok in (ours("gpt2"), ours("cl100k_base"), Tokenizer(*trained, SPECIALS)):
