@@ -590,12 +590,24 @@ def hf_json(vocab: dict, merges, special: dict, pattern_regex: str, rule: str,
 
 
 def char_level_decoder(continuing_subword_prefix=None, end_of_word_suffix=None) -> dict:
-    """The tokenizer.json decoder of a character-level training's result: drop the prefix and
-    the suffix, join the tokens."""
-    steps = [{"type": "Replace", "pattern": {"String": d}, "content": ""}
-             for d in (continuing_subword_prefix, end_of_word_suffix) if d]
+    """The tokenizer.json decoder of a character-level training's result: drop the prefix
+    where it starts a token and the suffix where it ends one, join the tokens.  (A plain
+    string Replace dropped every occurrence: text holding "##" itself lost it.)"""
+    steps = []
+    if continuing_subword_prefix:
+        steps.append({"type": "Replace", "content": "",
+                      "pattern": {"Regex": "\\A" + _onig_literal(continuing_subword_prefix)}})
+    if end_of_word_suffix:
+        steps.append({"type": "Replace", "content": "",
+                      "pattern": {"Regex": _onig_literal(end_of_word_suffix) + "\\z"}})
     steps.append({"type": "Fuse"})
     return {"type": "Sequence", "decoders": steps}
+
+
+def _onig_literal(text: str) -> str:
+    """A regex (Oniguruma's syntax, and the regex module's) matching exactly text: every ASCII
+    character but letters and digits escaped."""
+    return "".join("\\" + c if c.isascii() and not c.isalnum() else c for c in text)
 
 
 def hf_json_char_level(vocab: dict, merges, special: dict, pattern_regex: str, pattern_name,
