@@ -24,7 +24,8 @@ output formats (--format):
   hf        OUT is a HuggingFace tokenizer.json (default; loads with bpe_cffi.load and with
             tokenizers.Tokenizer.from_file)
   tiktoken  OUT is a .tiktoken file: one "base64(token) id" line per ordinary token
-            (special tokens are not part of this format; pass them again when loading)
+            (special tokens and the split pattern are not part of this format: pass them
+            again when loading, --special-token and --pattern)
   gpt2      OUT names vocab.json; merges.txt is written beside it (a --pattern other than
             gpt2 is recorded in its first line, which other readers skip)
 """

@@ -2203,6 +2203,9 @@ def load(path, *, pattern: str = None, special_tokens=None, **kw) -> Tokenizer:
         head = f.read(4096)
     stripped = head.lstrip()
     json_name = p.lower().endswith(".json")
+    if head.startswith(b"#version") or os.path.basename(p).lower().endswith("merges.txt"):
+        raise ValueError(f"{p} is a GPT-2 merges.txt: load its vocab.json (the merges.txt "
+                         f"beside it is read with it), or pass (vocab.json, merges.txt)")
     if p.endswith(".tiktoken") or (stripped and not stripped.startswith(b"{") and
                                    not json_name):
         return Tokenizer.from_tiktoken(p, pattern=pattern, special_tokens=special_tokens, **kw)

@@ -288,6 +288,16 @@ def test_bad_tokenizer_json(tmp_path):
         load(p)
 
 
+def test_load_of_a_merges_txt_points_to_its_vocab_json(tmp_path):
+    """load("merges.txt") read it as a .tiktoken file: "expected 'base64-token rank', 4
+    fields"."""
+    for name, text in (("merges.txt", "#version: 0.2\na b\n"), ("my-merges.txt", "a b\n"),
+                       ("m.txt", "#version: 0.2\na b\n")):
+        p = write(tmp_path, name, text)
+        with pytest.raises(ValueError, match=r"is a GPT-2 merges.txt: load its vocab.json"):
+            load(p)
+
+
 def test_missing_files(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.json"):
         Tokenizer.from_files(tmp_path / "nope.json", tmp_path / "m.txt")
