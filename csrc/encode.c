@@ -30,6 +30,7 @@
 #include "merge.h"
 #include "model.h"
 #include "pretok.h"
+#include "runpiece.h"
 #include "special.h"
 #include "tokenizer.h"
 #include "utf8.h"
@@ -83,9 +84,10 @@ static int wants_hash(const bpe_tokenizer *tok, const bpe_slot *s, size_t n)
            (tok->ignore_merges || (s->cache != NULL && n < BPE_CACHE_MAX_PIECE));
 }
 
-/* Appends the ids of the n > 0 bytes p[0..n) by merging them: longpiece.c first for a piece of
- * at least long_min bytes (it makes its own room as its search goes, see bpe_long_merge),
- * else or when it declines the heap of merge.c (room for n ids). */
+/* Appends the ids of the n > 0 bytes p[0..n) by merging them: runpiece.c first for a run of
+ * one byte, longpiece.c for a piece of at least long_min bytes (it makes its own room as its
+ * search goes, see bpe_long_merge), else or when they decline the heap of merge.c (room for n
+ * ids). */
 #if defined(__GNUC__)
 __attribute__((noinline))   /* the path of cache misses: inlined, it kept encode_piece out of
                                encode_segment (callgrind, o200k prose: +10% instructions) */
@@ -95,6 +97,11 @@ static int merge_piece(const bpe_tokenizer *tok, bpe_slot *s, const uint8_t *p, 
 {
     size_t k;
     int rc;
+    if (n >= BPE_RUN_MIN && bpe_is_run(p, n)) {
+        rc = bpe_run_merge(tok, p[0], n, out);
+        if (rc != BPE_RUN_DECLINED)
+            return rc;
+    }
     if (n >= tok->long_min) {
         rc = bpe_long_merge(tok, &s->scratch, p, n, out);
         if (rc != BPE_LONG_DECLINED)

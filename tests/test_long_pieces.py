@@ -230,6 +230,57 @@ def test_random_tiktoken_vocab(monkeypatch, seed):
     heap.close()
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_runs_of_one_byte_in_random_vocabs(seed):
+    """A piece that is one byte repeated is merged by blocks (csrc/runpiece.c), its steps
+    taken a block at a time only where BPE's own order allows it: against plain BPE, with
+    random vocabularies whose ranks are shuffled half the time (merges made later ranking
+    lower, where the block steps must fall back to one merge)."""
+    rng = random.Random(13000 + seed)
+    alphabet = bytes(rng.sample(b"abcde", rng.randrange(1, 3)))
+    most = 10 if len(alphabet) == 1 else 60     # one letter has 12 tokens of <= 12 bytes
+    if seed % 2:
+        ranks = random_tiktoken_vocab(rng, alphabet, rng.randrange(3, most))
+        tok = CTok(list(ranks.items()), lib.BPE_RULE_TIKTOKEN, ignore_merges=0).ok()
+        reference = lambda p: ref_tiktoken(p, ranks, 0)
+    else:
+        vocab, merges, _ = random_merge_vocab(rng, alphabet, rng.randrange(3, most))
+        if seed % 4:
+            rng.shuffle(merges)
+        inv = {i: b for b, i in vocab.items()}
+        merge_rank = {}
+        for k, (a, b) in enumerate(merges):
+            merge_rank.setdefault((inv[a], inv[b]), k)
+        tok = CTok(list(vocab.items()), lib.BPE_RULE_MERGES, merges).ok()
+        reference = lambda p: ref_bpe(p, lambda a, b: merge_rank.get((a, b)), vocab)
+    runs = [bytes([c]) * n for c in alphabet for n in sorted(rng.sample(range(30, 300), 12))]
+    assert tok.pieces(runs) == [i for p in runs for i in reference(p)]
+    tok.close()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_runs_of_one_byte_equal_tiktoken(name):
+    """Runs of every ASCII byte as one piece (a pattern matching the whole text) and under
+    the vocabulary's own pattern, lengths about the block steps' and long pieces'
+    thresholds, against tiktoken.  ('-' * 5000 took the long-piece search ~900 ns a byte on
+    o200k_base, 5x tiktoken's time; runs now cost the same whatever their length.)"""
+    import tiktoken
+    from pyapi_helpers import ours
+    enc = tiktoken_encoding(name)
+    whole = tiktoken.Encoding(name + "-whole", pat_str=r"[\s\S]+",
+                              mergeable_ranks=enc._mergeable_ranks, special_tokens={})
+    tok = ours(name)
+    one_piece = real_ctok(name)
+    lengths = [31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 4095, 4096, 5000]
+    for b in range(128):
+        runs = [bytes([b]) * n for n in lengths]
+        assert one_piece.pieces(runs) == [i for r in runs for i in whole.encode_ordinary(
+            r.decode())], b
+        for r in runs:
+            assert tok.encode_ordinary(r.decode()) == enc.encode_ordinary(r.decode()), (b,
+                                                                                   len(r))
+
+
 def test_fallback_was_exercised():
     """Both kinds of random vocabulary occurred above (runs after them, in file order)."""
     if sum(COUNTS["merges"]) < len(SEEDS) or sum(COUNTS["tiktoken"]) < len(SEEDS):
