@@ -53,6 +53,7 @@ def inputs(mb: float) -> dict:
         "random-letter word": "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(n)),
         "spaces": " " * n,
         "caret": "^" * n,
+        "dashes": "-" * n,      # '-' has tokens longer than BPE of a run ends with
         "emoji": "".join(emoji),
     }
 

@@ -670,6 +670,30 @@ def test_a_special_token_that_is_one_byte_or_character_keeps_it_in_the_model(byt
     assert tok.decode(tok.encode_ordinary("ab\n\nx")) == "ab\n\nx"
 
 
+@pytest.mark.parametrize("vocab", ["gpt2", "cl100k_base"])
+def test_single_token_lookups_in_python_equal_c(vocab):
+    """decode_single_token_bytes of an int and token_to_id of bytes answer from Python dicts
+    (a call into C cost ten times tiktoken's); the same answers as the C lookups, which a
+    numpy int and a bytearray still take."""
+    numpy = pytest.importorskip("numpy")
+    tok = ours(vocab)
+    for i in list(range(0, tok.n_vocab, 7)) + list(range(tok.n_vocab - 300, tok.n_vocab + 3)):
+        try:
+            fast = tok.decode_single_token_bytes(i)
+        except ValueError:
+            fast = None
+        try:
+            slow = tok.decode_single_token_bytes(numpy.int64(i))
+        except ValueError:
+            slow = None
+        assert fast == slow, i
+        if fast is not None:
+            assert tok.token_to_id(fast) == tok.token_to_id(bytearray(fast))
+    assert tok.token_to_id(b"\xff\xfe\xfd never a token") is None
+    with pytest.raises(TypeError):
+        tok.decode_single_token_bytes(True)
+
+
 def test_n_vocab_matches_c(trained):
     from bpe_cffi._native import lib
     for tok in (ours("gpt2"), ours("cl100k_base"), Tokenizer(*trained, SPECIALS)):
