@@ -1121,11 +1121,27 @@ class Tokenizer(TiktokenMethods):
         if (allowed_special == "all" and disallowed_special == ()) or (
                 allowed_special == "all" and not disallowed_special):
             mode, address = self._all_mode, self._all_mode_address
+        elif type(allowed_special) in (set, frozenset) and not allowed_special and \
+                disallowed_special in ((), "all"):
+            # none allowed (text from users): every special token is text, or raises; both
+            # modes kept, as the sets' checks cost more than encoding a sentence
+            mode, address = self._none_allowed_mode(disallowed_special == "all")
         else:
             mode = self._mode_for(allowed_special, disallowed_special)
             address = _address(mode) or None
         ids = self._short_ids(text, address)
         return ids if ids is not None else self._encode_text(text, mode)
+
+    def _none_allowed_mode(self, raising: bool):
+        """(mode, its address or None) of allowed_special=set() with disallowed_special ()
+        (raising False) or "all" (True), made once."""
+        modes = self.__dict__.get("_none_allowed")
+        if modes is None:
+            modes = self._none_allowed = {}
+        if raising not in modes:
+            mode = self._mode_for(set(), "all" if raising else ())
+            modes[raising] = (mode, _address(mode) or None)
+        return modes[raising]
 
     def _short_ids(self, text, mode_address):
         """The ids of a short str (shorter than _SHORT_TEXT) of a tokenizer that encodes in
