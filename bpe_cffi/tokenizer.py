@@ -130,6 +130,15 @@ def _special_hint(b: bytes, special_tokens) -> str:
     return " (a special token: it must not also be an ordinary token)" if named else ""
 
 
+def _mode_key(arg):
+    """An allowed_special / disallowed_special argument as a key of the mode cache when it
+    needs no reading: "all", or "none" for an empty collection (text from users:
+    allowed_special=set()); None for any other."""
+    if isinstance(arg, str):
+        return "all" if arg == "all" else None
+    return "none" if type(arg) in (set, frozenset, tuple, list) and not arg else None
+
+
 def _plain_vocab(vocab: dict):
     """(vocab as {int id: bytes}, {bytes: id}) when every entry is already so (int ids in
     range, non-empty distinct bytes), checked a list at a time; (None, None) otherwise."""
@@ -912,9 +921,8 @@ class Tokenizer(TiktokenMethods):
         self._ptr = ffi.gc(out[0], lib.bpe_tokenizer_free)
         if opts["dropout"] and seed is None:
             _RANDOM_SEEDED.add(self)     # a forked child draws its own stream (_reseed_all)
-        self._all_mode = self._mode_for("all", ())
+        self._all_mode, self._all_mode_address = self._mode_entry("all", ())
         self._address = _address(self._ptr)             # for encode_str (_short_ids)
-        self._all_mode_address = _address(self._all_mode) or None
         _idcache.reserve(lib.bpe_tokenizer_id_limit(self._ptr))
 
     # ---- lifetime ---------------------------------------------------------------------------
@@ -1067,27 +1075,33 @@ class Tokenizer(TiktokenMethods):
 
     def _mode_for(self, allowed_special, disallowed_special):
         """The C special_mode array (or NULL) for these arguments; cached."""
-        key = (allowed_special if allowed_special == "all" else None,
-               disallowed_special if disallowed_special == "all" else None)
-        if key[0] is None or key[1] is None:
-            allowed, disallowed = self._sets(allowed_special, disallowed_special)
-            key = (allowed, disallowed)
-        mode = self._modes.get(key)
-        if mode is not None:
-            return mode
-        allowed, disallowed = self._sets(allowed_special, disallowed_special)
+        return self._mode_entry(allowed_special, disallowed_special)[0]
+
+    def _mode_entry(self, allowed_special, disallowed_special):
+        """(the C special_mode array or NULL, its address or None) for these arguments;
+        cached.  "all" and empty collections are keys as they are; any other argument is
+        read into the sets it names first (which checks the names): ~1.5 us a call."""
+        key = (_mode_key(allowed_special), _mode_key(disallowed_special))
+        if None in key:
+            key = self._sets(allowed_special, disallowed_special)
+        entry = self._modes.get(key)
+        if entry is None:       # made once (the sets read again, on this first use only)
+            entry = self._new_mode(*self._sets(allowed_special, disallowed_special))
+            with self._modes_lock:
+                if len(self._modes) > 256:
+                    self._modes.clear()
+                self._modes[key] = entry
+        return entry
+
+    def _new_mode(self, allowed, disallowed):
+        """(special_mode array, its address) for these sets; (NULL, None) when neither names
+        a special token."""
         if not allowed and not disallowed:
-            mode = ffi.NULL
-        else:
-            values = [lib.BPE_SPECIAL_DISALLOWED if s in disallowed else
-                      lib.BPE_SPECIAL_ALLOWED if s in allowed else lib.BPE_SPECIAL_TEXT
-                      for s in self._special_names]
-            mode = ffi.new("uint8_t[]", values)
-        with self._modes_lock:
-            if len(self._modes) > 256:
-                self._modes.clear()
-            self._modes[key] = mode
-        return mode
+            return ffi.NULL, None
+        mode = ffi.new("uint8_t[]", [lib.BPE_SPECIAL_DISALLOWED if s in disallowed else
+                                     lib.BPE_SPECIAL_ALLOWED if s in allowed else
+                                     lib.BPE_SPECIAL_TEXT for s in self._special_names])
+        return mode, _address(mode)
 
     def _refuse_components(self, what: str) -> None:
         if self._normalizer is not None or self._pre_tokenizer is not None:
@@ -1121,27 +1135,10 @@ class Tokenizer(TiktokenMethods):
         if (allowed_special == "all" and disallowed_special == ()) or (
                 allowed_special == "all" and not disallowed_special):
             mode, address = self._all_mode, self._all_mode_address
-        elif type(allowed_special) in (set, frozenset) and not allowed_special and \
-                disallowed_special in ((), "all"):
-            # none allowed (text from users): every special token is text, or raises; both
-            # modes kept, as the sets' checks cost more than encoding a sentence
-            mode, address = self._none_allowed_mode(disallowed_special == "all")
         else:
-            mode = self._mode_for(allowed_special, disallowed_special)
-            address = _address(mode) or None
+            mode, address = self._mode_entry(allowed_special, disallowed_special)
         ids = self._short_ids(text, address)
         return ids if ids is not None else self._encode_text(text, mode)
-
-    def _none_allowed_mode(self, raising: bool):
-        """(mode, its address or None) of allowed_special=set() with disallowed_special ()
-        (raising False) or "all" (True), made once."""
-        modes = self.__dict__.get("_none_allowed")
-        if modes is None:
-            modes = self._none_allowed = {}
-        if raising not in modes:
-            mode = self._mode_for(set(), "all" if raising else ())
-            modes[raising] = (mode, _address(mode) or None)
-        return modes[raising]
 
     def _short_ids(self, text, mode_address):
         """The ids of a short str (shorter than _SHORT_TEXT) of a tokenizer that encodes in
