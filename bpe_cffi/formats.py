@@ -400,9 +400,6 @@ def write_gpt2(vocab: dict, merges, vocab_path, merges_path, pattern: str = None
 
 # ---- tiktoken ---------------------------------------------------------------------------
 
-_TIKTOKEN_LIMIT = 2 ** 32 - 1
-
-
 def read_tiktoken(path) -> dict:
     """A .tiktoken file -> {rank (= id): bytes}."""
     path = os.fspath(path)
@@ -445,7 +442,7 @@ def _read_tiktoken_lines(raw: bytes, path: str) -> dict:
     line."""
     vocab = {}
     a2b = _base64_decoder()
-    limit = _TIKTOKEN_LIMIT
+    limit = 2 ** 32 - 1
     for lineno, line in enumerate(raw.split(b"\n"), 1):
         parts = line.split()
         if len(parts) != 2:
@@ -708,16 +705,15 @@ def atomic_output(path, *, fsync: bool = True):
         _fsync_directory(directory)
 
 
-def input_path(value, caller: str) -> str:
-    """os.fspath(value) of an input file's path; a TypeError saying to pass the path when
-    value is an open file (os.fspath's "expected str, bytes or os.PathLike" does not, and a
-    list of paths taken from an open text file would be its lines)."""
+def refuse_open_file(value, caller: str) -> None:
+    """TypeError saying to pass the path when value, given where `caller` reads a file by
+    its path, is an open file (os.fspath's "expected str, bytes or os.PathLike" does not say
+    so, and a list of paths taken from an open text file would be its lines)."""
     if hasattr(value, "read") and not isinstance(value, (str, bytes, os.PathLike)):
         name = getattr(value, "name", None)
         hint = f" ({name!r})" if isinstance(name, str) else ""
         raise TypeError(f"{caller} reads a file by its path, not an open "
                         f"{type(value).__name__}{hint}: pass the path")
-    return os.fspath(value)
 
 
 def _is_file_object(target) -> bool:

@@ -1499,7 +1499,8 @@ class Tokenizer(TiktokenMethods):
         number of ids written."""
         width = self._id_width(dtype)
         self._refuse_components("encode_file")
-        in_path = formats.input_path(input_path, "encode_file")
+        formats.refuse_open_file(input_path, "encode_file")
+        in_path = os.fspath(input_path)
         stream_fd = formats.open_stream(output_path)      # None: a path
         out_path = formats.output_name(output_path)
         # stat, not open: opening a named pipe here and closing it would lose its writer's

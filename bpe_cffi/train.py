@@ -91,9 +91,8 @@ _COUNT_BATCH = 1 << 16          # pieces counted at a time there
 def _as_paths(input_path) -> list:
     if isinstance(input_path, (str, bytes)) or hasattr(input_path, "__fspath__"):
         paths = [input_path]
-    elif hasattr(input_path, "read"):
-        formats.input_path(input_path, "train_bpe")     # TypeError: an open file
     else:
+        formats.refuse_open_file(input_path, "train_bpe")
         try:
             paths = list(input_path)
         except TypeError:
@@ -102,7 +101,7 @@ def _as_paths(input_path) -> list:
     out = []
     for p in paths:
         if not (isinstance(p, (str, bytes)) or hasattr(p, "__fspath__")):
-            formats.input_path(p, "train_bpe")
+            formats.refuse_open_file(p, "train_bpe")
             raise TypeError(f"input_path entries must be paths, not {type(p).__name__}")
         p = os.fsdecode(os.fspath(p))
         if os.path.isdir(p):
