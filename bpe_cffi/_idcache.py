@@ -1,6 +1,6 @@
 """Id lists made in C from a shared cache of int objects (csrc/pyext/idlist.c).
 
-`_CACHE[i] is i` for every index: ints are immutable, so every list of ids can hold the same
+`CACHE[i] is i` for every index: ints are immutable, so every list of ids can hold the same
 objects, and the C helper stores pointers to them instead of allocating one int per id.  The
 helper pins the ints it puts here (immortal on Python 3.12+; see "Pinned ints" in idlist.c),
 so lists take them without touching their reference counts; sys.getrefcount of one shows a
@@ -13,8 +13,7 @@ tokenizer.py uses memoryview.tolist(), which gives the same lists more slowly.
 """
 MAX_CACHED = 1 << 20
 
-_CACHE = []
-CACHE = _CACHE       # for callers of the helper's functions that take the cache
+CACHE = []           # public: tokenizer.py and the daemon client hand it to the helper
 
 try:
     from . import _idlist
@@ -34,28 +33,28 @@ decode_ids = _idlist.decode_ids if FAST else None
 def reserve(limit: int) -> None:
     """Makes sure ints 0 .. min(limit, MAX_CACHED) - 1 are cached."""
     limit = min(int(limit), MAX_CACHED)
-    if len(_CACHE) < limit:
+    if len(CACHE) < limit:
         if FAST:        # pinned: see "Pinned ints" in idlist.c
-            _idlist.extend_cache(_CACHE, limit)
+            _idlist.extend_cache(CACHE, limit)
         else:
-            _CACHE.extend(range(len(_CACHE), limit))
+            CACHE.extend(range(len(CACHE), limit))
 
 
 def ids_list(address: int, n: int) -> list:
     """The list of the n uint32 ids at a C address (the caller keeps the buffer alive)."""
-    return _idlist.ids_list(address, n, _CACHE)
+    return _idlist.ids_list(address, n, CACHE)
 
 
 def ids_lists(address: int, ends_address: int, n_texts: int) -> list:
     """Lists of ids[ends[k-1]:ends[k]] for k < n_texts (ends: size_t values at ends_address)."""
-    return _idlist.ids_lists(address, ends_address, n_texts, _CACHE)
+    return _idlist.ids_lists(address, ends_address, n_texts, CACHE)
 
 
 def collect_batch(next_address: int, poll_address: int, job_address: int, n_texts: int):
     """(lists of ids of the n_texts texts, 0, 0) or (None, error code, failing text): every
     group of a started C batch job, taken with the C functions bpe_batch_poll and
     bpe_batch_next at these addresses."""
-    return _idlist.collect_batch(next_address, poll_address, job_address, n_texts, _CACHE)
+    return _idlist.collect_batch(next_address, poll_address, job_address, n_texts, CACHE)
 
 
 def u32_ids(ids) -> bytearray:
@@ -66,7 +65,7 @@ def u32_ids(ids) -> bytearray:
 
 def ids_from_le_bytes(data) -> list:
     """The list of the little-endian uint32 ids packed in data."""
-    return _idlist.ids_from_le_bytes(data, _CACHE)
+    return _idlist.ids_from_le_bytes(data, CACHE)
 
 
 def parse_tiktoken(raw: bytes):

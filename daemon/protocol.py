@@ -126,10 +126,10 @@ _CLIENT_CACHE = 1 << 18
 def bin_to_ids(data: bytes) -> list:
     """Packed uint32 little-endian -> list of ints; ValueError if the length is not 4*n."""
     if _idcache.FAST:
-        if len(data) >= 1024 and len(_idcache._CACHE) < _CLIENT_CACHE:
+        if len(data) >= 1024 and len(_idcache.CACHE) < _CLIENT_CACHE:
             _idcache.reserve(_CLIENT_CACHE)   # once: ints shared by all replies (~10 MB)
         # the C helper raises the same ValueError for a length that is not 4*n
-        return _idcache._idlist.ids_from_le_bytes(data, _idcache._CACHE)
+        return _idcache._idlist.ids_from_le_bytes(data, _idcache.CACHE)
     return bin_to_array(data).tolist()
 
 

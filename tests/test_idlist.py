@@ -31,8 +31,8 @@ def test_one_list_equals_the_python_path():
         assert got == ids == T._ids_py(buf, n)
         assert all(type(x) is int for x in got)
         if n:   # shared objects for cached ids
-            small = [x for x in got if x < len(_idcache._CACHE)]
-            assert all(x is _idcache._CACHE[x] for x in small)
+            small = [x for x in got if x < len(_idcache.CACHE)]
+            assert all(x is _idcache.CACHE[x] for x in small)
 
 
 def test_split_lists_equal_the_python_path():
@@ -64,9 +64,9 @@ def test_packed_bytes_and_bad_input():
     with pytest.raises(TypeError):
         _idcache._idlist.ids_list(0, 0, (1, 2))
     with pytest.raises(ValueError):
-        _idcache._idlist.ids_list(0, 5, _idcache._CACHE)
+        _idcache._idlist.ids_list(0, 5, _idcache.CACHE)
     with pytest.raises(ValueError):
-        _idcache._idlist.ids_list(1234, -1, _idcache._CACHE)
+        _idcache._idlist.ids_list(1234, -1, _idcache.CACHE)
 
 
 def test_packed_bytes_every_short_length():
@@ -88,7 +88,7 @@ def test_cached_ints_are_pinned_and_lists_share_them():
     count: making and dropping many lists leaves it alive, the same object, still pinned.
     Ids beyond the cache are new ints owned by their list alone."""
     _idcache.reserve(1000)
-    probes = [_idcache._CACHE[i] for i in (300, 777, 999)]   # not CPython's small ints
+    probes = [_idcache.CACHE[i] for i in (300, 777, 999)]   # not CPython's small ints
     assert all(sys.getrefcount(p) >= PINNED for p in probes)
     if sys.version_info >= (3, 12):
         before = [sys.getrefcount(p) for p in probes]
@@ -104,18 +104,18 @@ def test_cached_ints_are_pinned_and_lists_share_them():
         beyond = one[-1]
         assert beyond == _idcache.MAX_CACHED + 5 and sys.getrefcount(beyond) == 3  # one, beyond
         del one, parts, packed, got
-    assert [_idcache._CACHE[i] for i in (300, 777, 999)] == [300, 777, 999]
-    assert all(p is _idcache._CACHE[v] for p, v in zip(probes, (300, 777, 999)))
+    assert [_idcache.CACHE[i] for i in (300, 777, 999)] == [300, 777, 999]
+    assert all(p is _idcache.CACHE[v] for p, v in zip(probes, (300, 777, 999)))
     assert all(sys.getrefcount(p) >= PINNED for p in probes)
     if sys.version_info >= (3, 12):                 # immortal: no count moves at all
         assert [sys.getrefcount(p) for p in probes] == before
 
 
 def test_cache_grows_by_pinned_ints_only():
-    start = len(_idcache._CACHE)
+    start = len(_idcache.CACHE)
     _idcache.reserve(start + 3000)
-    assert len(_idcache._CACHE) == min(start + 3000, _idcache.MAX_CACHED)
-    new = _idcache._CACHE[start:]
+    assert len(_idcache.CACHE) == min(start + 3000, _idcache.MAX_CACHED)
+    new = _idcache.CACHE[start:]
     assert new == list(range(start, start + len(new)))
     assert all(sys.getrefcount(x) >= PINNED for x in new)
     with pytest.raises(TypeError):
@@ -131,7 +131,7 @@ def test_failing_split_leaves_the_cache_intact():
     for _ in range(50):
         with pytest.raises(ValueError, match="backwards"):
             T._split_ids(buf, back, 4)
-    assert _idcache._CACHE[300:1000] == list(range(300, 1000))
+    assert _idcache.CACHE[300:1000] == list(range(300, 1000))
     assert T._ids(buf, 9000) == ids
 
 
@@ -143,11 +143,11 @@ def test_batch_while_another_thread_grows_the_cache():
     texts = ["hello world %d, 漢字 🎉 " % i * (i % 40) for i in range(4000)]
     want = [tok.encode(t) for t in texts]
     stop = threading.Event()
-    limit = min(_idcache.MAX_CACHED, len(_idcache._CACHE) + 300_000)
+    limit = min(_idcache.MAX_CACHED, len(_idcache.CACHE) + 300_000)
 
     def grow():
-        while not stop.is_set() and len(_idcache._CACHE) < limit:
-            _idcache.reserve(len(_idcache._CACHE) + 1024)
+        while not stop.is_set() and len(_idcache.CACHE) < limit:
+            _idcache.reserve(len(_idcache.CACHE) + 1024)
 
     t = threading.Thread(target=grow)
     t.start()
