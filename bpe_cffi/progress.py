@@ -27,8 +27,14 @@ def _fmt_eta(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
 
 
+# Away from a terminal (a log file, a pipe, a batch job's output) a bar cannot be redrawn:
+# it writes a plain line this often, so an hours-long job still shows it is moving.
+LOG_INTERVAL = 60.0
+
+
 class Bar:
-    """A one-line progress bar on a stream (stderr), redrawn at most ten times a second."""
+    """A one-line progress bar on a stream (stderr), redrawn at most ten times a second on a
+    terminal; elsewhere a plain line every LOG_INTERVAL seconds and one at the end."""
 
     def __init__(self, label: str, unit: str = "B", stream=None):
         self.label = label
@@ -40,6 +46,7 @@ class Bar:
         self.drawn = False        # a line is open (drawn and not yet closed)
         self.ever_drawn = False   # update() ran at least once
         self.last_line = ""
+        self.logged = None        # (time, line) of the last plain line written (not a tty)
         isatty = getattr(self.stream, "isatty", None)
         self.interactive = bool(isatty and isatty())
 
@@ -73,15 +80,23 @@ class Bar:
         if self.interactive:
             self.stream.write("\r" + line + "\x1b[K")
             self.stream.flush()
+        elif now - (self.logged[0] if self.logged else self.start) >= LOG_INTERVAL:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+            self.logged = (now, line)
         self.last_line = line
         self.drawn = True
         self.ever_drawn = True
 
     def close(self) -> None:
         """End the bar's line.  On a terminal the bar was redrawn in place; elsewhere (a log
-        file, a pipe) nothing was written yet, and the final state is written once, plainly."""
+        file, a pipe) the final state is written plainly, unless the last line logged was
+        already that."""
         if self.drawn:
-            self.stream.write("\n" if self.interactive else self.last_line + "\n")
+            if self.interactive:
+                self.stream.write("\n")
+            elif self.logged is None or self.logged[1] != self.last_line:
+                self.stream.write(self.last_line + "\n")
             self.stream.flush()
             self.drawn = False
 

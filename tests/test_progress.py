@@ -1,4 +1,5 @@
-"""The progress bar: redrawn in place on a terminal, one plain final line anywhere else."""
+"""The progress bar: redrawn in place on a terminal; anywhere else a plain line now and then
+and one at the end."""
 import io
 
 from bpe_cffi.progress import Bar
@@ -18,6 +19,32 @@ def test_bar_writes_one_plain_line_to_a_log():
     text = out.getvalue()
     assert "\r" not in text and "\x1b" not in text
     assert text.count("\n") == 1 and "100.0%" in text and text.startswith("encode x")
+
+
+def test_bar_logs_a_plain_line_now_and_then_away_from_a_terminal(monkeypatch):
+    """A job writing to a log showed nothing for hours, until its end.  A fake clock: updates
+    every 10 s for 150 s (from t=1000); a plain line after 60 s and 120 s, the final one at close."""
+    import bpe_cffi.progress as progress
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    out = io.StringIO()
+    bar = Bar("encode big", unit="B", stream=out)
+    for step in range(16):
+        now[0] = 1000.0 + 10.0 * step
+        bar.update(step * 1_000_000, 15_000_000)
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert "\r" not in out.getvalue() and len(lines) == 3, lines
+    assert "6.0/15.0 MB" in lines[0] and "12.0/15.0 MB" in lines[1], lines
+    assert "100.0%" in lines[2], lines
+    out = io.StringIO()                       # the last line logged is the final state:
+    bar = Bar("encode big", unit="B", stream=out)    # not written twice
+    now[0] = 2000.0
+    bar.update(0, 10, force=True)
+    now[0] = 2060.0
+    bar.update(10, 10, force=True)
+    bar.close()
+    assert out.getvalue().count("100.0%") == 1, out.getvalue()
 
 
 def test_bytes_under_a_megabyte_are_shown_in_kilobytes():
