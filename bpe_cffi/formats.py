@@ -57,9 +57,17 @@ def unicode_to_byte() -> dict:
     return {c: b for b, c in enumerate(byte_to_unicode())}
 
 
+@lru_cache(maxsize=None)
+def _encode_table() -> dict:
+    """str.translate table: the code point of each byte (as latin-1 reads it) -> its
+    stand-in character."""
+    return {b: c for b, c in enumerate(byte_to_unicode())}
+
+
 def bytes_to_token_str(data: bytes) -> str:
-    table = byte_to_unicode()
-    return "".join(table[b] for b in data)
+    """The token's bytes in GPT-2's byte alphabet (one character a byte), translated in C: a
+    generator over the bytes took 8 s to save a vocabulary holding a 3 MB token."""
+    return bytes(data).decode("latin-1").translate(_encode_table())
 
 
 @lru_cache(maxsize=None)

@@ -19,6 +19,11 @@ def test_byte_alphabet_matches_gpt2():
     assert len(set(formats.byte_to_unicode())) == 256
     assert formats.bytes_to_token_str(b" the") == "Ġthe"
     assert formats.token_str_to_bytes("Ġthe\u010a", "x") == b" the\n"
+    every = bytes(range(256)) * 3 + b"\x00\xff"
+    encoder = {b: c for c, b in gpt2_byte_decoder().items()}
+    assert formats.bytes_to_token_str(every) == "".join(encoder[b] for b in every)
+    assert formats.bytes_to_token_str(bytearray(b"\xc4\xa0")) == "Äł"
+    assert formats.token_str_to_bytes(formats.bytes_to_token_str(every), "x") == every
 
 
 def test_gpt2_files_read():
