@@ -153,9 +153,12 @@ def test_split_behaviours_match_hf(pattern, behavior, invert, matrix_texts):
 # Constructs Oniguruma reads differently from the regex module (bpe_cffi/regex_dialects.py),
 # on text with several lines and the characters where their \w differ
 DIALECT_TEXT = ["ab  \ncd  \n  ef", "x\u00b2 10\u00bd a\u200db \u0663 \u00b2", "line\n\nnext ",
-                "می\u200cخواهم کتاب\u200cها", "  \n", "word_under score-dash"]
+                "می\u200cخواهم کتاب\u200cها", "  \n", "word_under score-dash",
+                "aab a \U0001F600\U0001F600\n\nxx  x\n"]
 DIALECT_PATTERNS = [r"^\s+", r"\s+$", r"^", r"$", r"\w+", r"\W+", r"[\w']+", r"\b", r"\B",
-                    r"\b\w+\b", r"^\w|\w$"]
+                    r"\b\w+\b", r"^\w|\w$", r"\p{^L}+|^\p{L}",
+                    r"(?m)^x.|.", r"(?m:.)+", r"(?<n>a)\k<n>|.", r"(?<n>a)\g<n>|.",
+                    r"\x{20}+|\x{1F600}"]
 
 
 @pytest.mark.parametrize("pattern", DIALECT_PATTERNS)
@@ -172,11 +175,59 @@ def test_regex_dialect_differences_match_hf(pattern, matrix_texts):
         assert ours_r.normalize_str(t) == hf_r.normalize_str(t), (pattern, t[:40])
 
 
-@pytest.mark.parametrize("pattern", [r"(?m)^x", r"[a[b]]", r"[[:punct:]]", r"[a-z&&b]",
-                                     r"[\W]"])
+@pytest.mark.parametrize("pattern", [r"[a[b]]", r"[[:punct:]]", r"[a-z&&b]", r"[\W]"])
 def test_regex_dialect_constructs_without_a_rewrite_are_refused(pattern):
     with pytest.raises(C.UnsupportedComponent, match="uses"):
         C.Split(pattern, "isolated", is_regex=True)
+
+
+def _isolated_pieces(pattern, text):
+    """Split(pattern, "isolated") as the regex module reads pattern: each match and each gap
+    between matches, in order."""
+    import regex
+    out, at = [], 0
+    for m in regex.finditer(pattern, text):
+        if m.start() > at:
+            out.append((text[at:m.start()], (at, m.start())))
+        if m.end() > m.start():
+            out.append((m.group(), m.span()))
+        at = max(at, m.end())
+    if at < len(text):
+        out.append((text[at:], (at, len(text))))
+    return out
+
+
+# The regex module's own syntax, as a tokenizer.json we write must say it to HF: \N{NAME}
+# (Oniguruma's \N is "not a newline": HF had split '  ' where we matched spaces), (?P<n>,
+# (?s), (?u), \p{^X}; with \w and anchors beside them
+OURS_SYNTAX = [r"\N{SPACE}+|.", r"[\N{EM DASH}\N{SPACE}]+|\w+", r"(?s).", r"(?s:a.)|.",
+               r"(?P<w>\w+)|\s+|.", r"(?P<n>a)(?P=n)|.", r"(?u)\w+|.", r"(?iu:A+)|.",
+               r"\p{^L}+|\p{L}+", r"(?V0)\s+$|\S+", r"(?i)x+|.", r"\U0001F600+|.",
+               r"[\U0001F600-\U0001F64F\u2014]+|\x20+|."]
+
+
+@pytest.mark.parametrize("pattern", OURS_SYNTAX)
+def test_patterns_in_our_syntax_are_written_for_hf_alike(pattern):
+    from bpe_cffi.regex_dialects import ours_to_onig
+    onig = ours_to_onig(pattern)
+    texts = ["a   b\nc\n\n d", "aa a\u2014 \u2014b XXx x", "\u00e9t\u00e9 1\u00b2 \u0663\n", "  \n",
+             "AaA aaa\na", "word_under score-dash  ", "xU0001F600 \U0001F600\U0001F601\U0001F64F!"]
+    for t in texts:
+        assert P.Split(Regex(onig), "isolated").pre_tokenize_str(t) == \
+            _isolated_pieces(pattern, t), (pattern, onig, t)
+        # and read back from a tokenizer.json by us (Oniguruma's \x{...} as \u / \U)
+        assert C.Split(onig, "isolated", is_regex=True).pre_tokenize_str(t) == \
+            _isolated_pieces(pattern, t), (pattern, onig, t)
+
+
+@pytest.mark.parametrize("pattern", [r"(?a)\w+", r"(?V1)a", r"(?L)a", r"\p{L&}", r"\p{IsLatin}",
+                                     r"\p{sc=Latin}", r"\p{Script=Greek}", r"\N{NO SUCH NAME}",
+                                     r"\p{InGreek}", r"(?|a|b)"])
+def test_our_syntax_without_an_oniguruma_form_is_refused(pattern):
+    """Written as they are, these made a tokenizer.json that HF refused to load."""
+    from bpe_cffi.regex_dialects import ours_to_onig
+    with pytest.raises(ValueError, match="uses|cannot be written for HF"):
+        ours_to_onig(pattern)
 
 
 @pytest.mark.parametrize("name", list(PRE))
