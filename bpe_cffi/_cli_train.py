@@ -122,6 +122,30 @@ def write_char_level(fmt, out, vocab, merges, special_tokens, pattern, options) 
     return [out]
 
 
+def save_rescue(out: str, vocab, special_tokens, char_level):
+    """When the output asked for cannot be written after the training (a vocabulary its
+    format cannot hold, a full disk), the ordinary tokens go to a .tiktoken file (which holds
+    any bytes) beside it, else in the current or temporary directory; its path, or None (a
+    char-level vocabulary, or nowhere to write)."""
+    import tempfile
+    from . import formats
+    if char_level is not None:
+        return None
+    ordinary = dict(sorted(vocab.items())[:len(vocab) - len(special_tokens or ())])
+    name = os.path.basename(out.rstrip("/" + os.sep)) or "vocabulary"
+    for directory in (os.path.dirname(os.path.abspath(out)), os.getcwd(), tempfile.gettempdir()):
+        for k in range(100):
+            path = os.path.join(directory, f"{name}.rescue{k or ''}.tiktoken")
+            if os.path.exists(path):
+                continue
+            try:
+                formats.write_tiktoken(ordinary, path)
+                return path
+            except OSError:
+                break                     # this directory: try the next
+    return None
+
+
 def output_paths(fmt: str, out: str) -> list:
     """The files --format fmt -o out writes."""
     if fmt == "gpt2":
@@ -133,6 +157,9 @@ def check_outputs(fmt: str, out: str, inputs) -> None:
     """Before the training: an error for outputs that cannot be written or would replace
     an input (or each other)."""
     from . import formats
+    if out == "-":
+        raise ValueError("train writes files: -o - (standard output) is not one; name the "
+                         "file to write")
     paths = output_paths(fmt, out)
     formats.check_output_path(out)
     if len(paths) == 2 and (os.path.basename(out) == "merges.txt" or
@@ -151,9 +178,10 @@ def check_outputs(fmt: str, out: str, inputs) -> None:
 
 
 def check_specials_fit(args) -> None:
-    """Before the training: a special token that a byte-level tokenizer.json cannot hold (its
-    text is a one-character token of GPT-2's byte alphabet, which every byte-level vocabulary
-    has: 'é', 'Ġ') is refused now, not after the training."""
+    """Before the training: a special token that a byte-level tokenizer.json may not hold
+    beside the tokens learned is refused now, not after the training: one whose text is
+    the stand-in of other bytes in GPT-2's byte alphabet, as 'Ġthe' is of ' the'.  A
+    one-character one ('é', 'Ġ') is a byte's token, which every vocabulary has."""
     from . import formats
     if args.format != "hf" or args.char_level:
         return
@@ -163,6 +191,26 @@ def check_specials_fit(args) -> None:
             raise ValueError(f"special token {s!r} is the text of a byte's token in a byte-level "
                              f"tokenizer.json (GPT-2's byte alphabet), which cannot hold both: "
                              f"use another special token, or --format tiktoken / gpt2")
+        if set(s) <= alphabet and formats.token_str_to_bytes(s, "") != s.encode("utf-8"):
+            stands_for = formats.token_str_to_bytes(s, "")
+            raise ValueError(f"special token {s!r} is how a byte-level tokenizer.json writes the "
+                             f"token of the bytes {stands_for!r}: if the training learns that "
+                             f"token the file cannot hold both; use another special token, or "
+                             f"--format tiktoken / gpt2")
+
+
+def check_pattern_fits(args) -> None:
+    """Before the training: a tokenizer.json holds its split pattern in the dialect of HF's
+    regex engine, and a pattern that has no exact form there is refused now."""
+    from . import formats, patterns
+    if args.format != "hf":
+        return
+    try:
+        formats.onig_regex(patterns.resolve(args.pattern)[1])
+    except ValueError as exc:
+        raise ValueError(f"{exc}; --format hf writes the pattern into tokenizer.json for HF's "
+                         f"regex engine (Oniguruma): rewrite it, or write --format tiktoken "
+                         f"or gpt2, which keep it as it is") from None
 
 
 def run(args) -> int:
@@ -173,6 +221,7 @@ def run(args) -> int:
     args.files = [input_path(f) for f in args.files]
     check_outputs(args.format, args.output, args.files)
     check_specials_fit(args)
+    check_pattern_fits(args)
     char_level = None
     options = {"max_token_length": args.max_token_length}
     if args.char_level:
@@ -198,8 +247,17 @@ def run(args) -> int:
                                       progress=not args.quiet, **options)
     except (ValueError, TypeError) as exc:
         raise type(exc)(_flag_names(str(exc))) from None
-    written = write_output(args.format, args.output, vocab, merges, args.special_token,
-                           args.pattern, char_level)
+    try:
+        written = write_output(args.format, args.output, vocab, merges, args.special_token,
+                               args.pattern, char_level)
+    except (ValueError, OSError):
+        rescue = save_rescue(args.output, vocab, args.special_token, char_level)
+        if rescue:
+            print(f"bpe-cffi: the trained vocabulary could not be written as asked (below); "
+                  f"it is kept in {rescue}: Tokenizer.from_tiktoken({rescue!r}, pattern="
+                  f"{args.pattern!r}, special_tokens={list(args.special_token or [])!r}) "
+                  f"reads it", file=sys.stderr)
+        raise
     if not args.quiet:
         dt = time.perf_counter() - t0
         print(f"bpe-cffi: {len(vocab)} tokens ({len(merges)} merges, "
@@ -211,6 +269,9 @@ def run(args) -> int:
                                      if os.path.isfile(f)):
         note = (f"the text has no pre-token: the pattern {args.pattern!r} matched none of it "
                 f"(nothing was learned)")
+        if args.special_token:
+            note = (f"the text has no pre-token: it holds only special tokens, or the pattern "
+                    f"{args.pattern!r} matched none of the rest (nothing was learned)")
     if note:
         print(f"bpe-cffi: note: {note}", file=sys.stderr)
     return 0

@@ -399,10 +399,16 @@ def write_gpt2(vocab: dict, merges, vocab_path, merges_path, pattern: str = None
         name, regex_str, _ = patterns.resolve(pattern)
         if name != "gpt2":
             header += _PATTERN_MARK + json.dumps(name or regex_str)
-    data = {bytes_to_token_str(b): i for i, b in sorted(vocab.items())}
-    atomic_write(vocab_path, json.dumps(data, ensure_ascii=False).encode("utf-8"))
     lines = [header] + [f"{bytes_to_token_str(a)} {bytes_to_token_str(b)}"
                         for a, b in merges]
+    for k, line in enumerate(lines[1:]):
+        if line.startswith("#version"):
+            raise ValueError(f"merge {k + 1} ({line!r}) would begin a line of merges.txt with "
+                             f"'#version', which HF's reader skips as a header line: "
+                             f"merges.txt cannot hold this vocabulary (write a tokenizer.json "
+                             f"or a .tiktoken file)")
+    data = {bytes_to_token_str(b): i for i, b in sorted(vocab.items())}
+    atomic_write(vocab_path, json.dumps(data, ensure_ascii=False).encode("utf-8"))
     atomic_write(merges_path, ("\n".join(lines) + "\n").encode("utf-8"))
 
 
@@ -843,6 +849,9 @@ def check_output_path(path) -> None:
     path = os.fspath(path)
     if path == "" or os.path.isdir(path):
         raise IsADirectoryError(errno.EISDIR, "the output is a directory", path)
+    if path.endswith(("/", os.sep)):
+        raise IsADirectoryError(errno.EISDIR, "the output names a directory (it ends with "
+                                "'/'); name the file to write", path)
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise FileNotFoundError(errno.ENOENT, "output directory does not exist", directory)

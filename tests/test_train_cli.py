@@ -97,6 +97,59 @@ def test_a_special_token_a_tokenizer_json_cannot_hold_is_refused_first(tmp_path)
     assert r.returncode == 0, r.stderr
 
 
+def test_more_outputs_and_inputs_refused_before_training(tmp_path):
+    """Each of these trained the whole text and then failed to write it: -o ending in '/',
+    -o - (a file named '-' was written), a special token spelling a trained token's bytes in
+    the byte alphabet ('Ġthe' is ' the'), a pattern with no form in HF's regex engine."""
+    a = tmp_path / "a.txt"
+    a.write_text("the cat and the hat " * 50)
+    for args in (("-o", str(tmp_path / "newdir") + "/"), ("-o", str(a) + "/"), ("-o", "-"),
+                 ("--special-token", "Ġthe", "-o", tmp_path / "o.json"),
+                 ("--pattern", r"(?a)\w+|\s+|.", "-o", tmp_path / "o.json")):
+        r = cli(a, "--vocab-size", 300, *args, cwd=tmp_path)
+        assert r.returncode == 1 and "error" in r.stderr, (args, r.stderr)
+        assert "Traceback" not in r.stderr and "counting" not in r.stderr, (args, r.stderr)
+    assert sorted(os.listdir(tmp_path)) == ["a.txt"]
+    r = cli(a, "--vocab-size", 300, "--pattern", r"(?a)\w+|\s+|.", "--format", "tiktoken",
+            "-q", "-o", tmp_path / "o.tiktoken")                 # that format keeps it as is
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_vocabulary_its_format_cannot_hold_is_kept_in_a_rescue_file(tmp_path):
+    """merges.txt cannot hold a merge whose line begins '#version' (HF skips such lines: it
+    read another tokenizer than ours, silently).  Refused, and the training's result is kept
+    in a .tiktoken file beside it, which reads back to the ids of the same training."""
+    a = tmp_path / "in.txt"
+    a.write_text("#versions\n#versioned\n" * 200)
+    r = cli(a, "--vocab-size", 290, "--pattern", "cl100k", "--format", "gpt2", "-q",
+            "-o", tmp_path / "vocab.json")
+    assert r.returncode == 1 and "'#version'" in r.stderr, r.stderr
+    rescue = tmp_path / "vocab.json.rescue.tiktoken"
+    assert str(rescue) in r.stderr and not (tmp_path / "merges.txt").exists()
+    from bpe_cffi import Tokenizer
+    vocab, merges = train_bpe(a, 290, pattern="cl100k")
+    trained = Tokenizer(vocab, merges, pattern="cl100k")
+    back = Tokenizer.from_tiktoken(rescue, pattern="cl100k")
+    for t in ["#versions", "#versioned\n#versions x", "#v #version"]:
+        assert back.encode(t) == trained.encode(t)
+
+
+def test_patterns_in_the_regex_module_s_syntax_load_alike_in_hf(tmp_path):
+    """\\N{SPACE} was written as it is: HF's engine reads \\N as 'not a newline' and
+    split '  ' where ours matched spaces."""
+    tk = pytest.importorskip("tokenizers")
+    from bpe_cffi import load
+    a = tmp_path / "sp.txt"
+    a.write_text("a   b   c   d   e   \n" * 50)
+    for pattern in (r"\N{SPACE}+|.", r"(?P<w>\w+)|\s+|.", r"(?s)\p{^L}+|\p{L}+"):
+        out = tmp_path / "n.json"
+        r = cli(a, "--vocab-size", 300, "--pattern", pattern, "-q", "-o", out)
+        assert r.returncode == 0, r.stderr
+        ours, hf = load(out), tk.Tokenizer.from_file(str(out))
+        for t in ["a   b", "a b\n\nc  d   ", "abc   \n   x"]:
+            assert ours.encode(t) == hf.encode(t).ids, (pattern, t)
+
+
 def test_a_vocabulary_of_another_size_is_explained(tmp_path):
     """Fewer tokens than --vocab-size (nothing left to merge) or more (the alphabet alone is
     bigger): the run succeeds and says why."""
