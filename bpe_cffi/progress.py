@@ -59,8 +59,10 @@ class Bar:
             self.start, self.done0 = now, done
         elapsed = now - self.start
         rate = (done - self.done0) / elapsed if elapsed > 0 else 0.0
-        if self.unit in ("MB", "KB"):      # "0.0/0.0 MB" said nothing of a 40 KB file
-            self.scale, self.unit = _UNITS["B"] if max(done, total) >= 1e6 else _SMALL_BYTES
+        if self.unit in ("MB", "KB", "B"):   # "0.0/0.0 MB" said nothing of a 40 KB file
+            most = max(done, total)
+            self.scale, self.unit = _UNITS["B"] if most >= 1e6 else \
+                _SMALL_BYTES if most >= 1e3 else (1.0, "B")
         amount = f"{done / self.scale:,.1f}" if self.scale != 1.0 else f"{done:,}"
         # no rate yet at the first update (a phase over before the bar was first drawn
         # shows its amount alone, not "0.0/s")

@@ -209,7 +209,8 @@ def _count_python(path, pattern: str, specials, prog) -> Counter:
                 if not batch:
                     break
                 counts.update(batch)
-                prog.done = min(prog.done + sum(map(len, batch)), prog.total)
+                done = prog.done + sum(map(len, batch))    # (no total for a pipe: no cap)
+                prog.done = min(done, prog.total) if prog.total else done
 
     with open(path, "rb") as f:
         while True:
@@ -455,7 +456,8 @@ def _train(input_path, vocab_size, special_tokens=None, *, pattern="gpt2", num_t
             total = Counter()
             for p in paths:
                 total.update(_count_python(p, regex_str, specials, prog))
-            prog.done = prog.total          # (characters counted fall short of bytes)
+            if prog.total:                  # (characters counted fall short of bytes)
+                prog.done = prog.total
             return total
 
         prog.phase = lib.BPE_PHASE_READ

@@ -1038,6 +1038,9 @@ int bpe_trainer_merge(bpe_trainer *t, bpe_progress *progress)
         reset_result(t);
         return rc;
     }
+    /* no pair was left before the target: the work is done, and the bar says so */
+    train_progress_set(progress, BPE_PHASE_MERGE, t->n_tokens - n_initial,
+                       t->n_tokens - n_initial);
     t->merged = 1;
     return BPE_OK;
 }

@@ -150,6 +150,26 @@ def test_patterns_in_the_regex_module_s_syntax_load_alike_in_hf(tmp_path):
             assert ours.encode(t) == hf.encode(t).ids, (pattern, t)
 
 
+def test_progress_of_a_pipe_and_of_merging_that_stops_early(tmp_path):
+    """Counting a pipe with a regex pattern showed '0.0 KB' throughout (its size is 0, and
+    the count was capped at it), and merging that ran out of pairs ended its bar at
+    '0.0% 0/44 merges'; a 26-byte file read '0.0/0.0 KB'."""
+    r = subprocess.run([sys.executable, "-m", "bpe_cffi", "train", "-", "--pattern", r"\S+|\s+",
+                        "--vocab-size", "300", "-o", str(tmp_path / "o.json")],
+                       input="hello world " * 100_000, capture_output=True, text=True, env=ENV)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    counting = [x for x in lines if x.startswith("counting")]
+    merging = [x for x in lines if x.startswith("merging")]
+    assert counting and "1.2 MB" in counting[-1], r.stderr
+    n = len(json.loads((tmp_path / "o.json").read_text())["model"]["merges"])
+    assert n < 44 and merging and f"100.0% {n}/{n} merges" in merging[-1], r.stderr
+    small = tmp_path / "s.txt"
+    small.write_text("ab ab ab ba " * 2 + "xy")
+    r = cli(small, "--vocab-size", 300, "-o", tmp_path / "s.json")
+    assert r.returncode == 0 and "100.0% 26/26 B" in r.stderr, r.stderr
+
+
 def test_a_vocabulary_of_another_size_is_explained(tmp_path):
     """Fewer tokens than --vocab-size (nothing left to merge) or more (the alphabet alone is
     bigger): the run succeeds and says why."""
