@@ -1851,6 +1851,11 @@ class Tokenizer(TiktokenMethods):
         (special tokens included; errors must then be "replace", the decoders' own rule).
         skip_special_tokens: leave out the special tokens' ids, as HF's decode does by
         default (an added token a tokenizer.json marks "special": false is kept, as there)."""
+        if type(errors) is not str:     # (None would have asked _short_decode for bytes)
+            if not isinstance(errors, str):
+                raise TypeError(f"decode() argument 'errors' must be str, not "
+                                f"{'None' if errors is None else type(errors).__name__}")
+            errors = str(errors)
         if skip_special_tokens:
             skip = self._skipped_ids()
             ids = [i for i in (ids.tolist() if hasattr(ids, "tolist") else ids)

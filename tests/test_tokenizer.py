@@ -183,6 +183,23 @@ def test_encode_batch_names_the_text_that_is_not_a_str(split):
             tok.encode_batch(texts)
 
 
+def test_decode_errors_argument_must_be_a_str_whatever_the_ids():
+    """errors=None returned bytes for a list of up to 1024 ids (the fast path's own use of
+    None) and raised for a tuple or a longer list; errors=0 said 'bad argument type for
+    built-in operation'.  tiktoken: TypeError every time.  A str subclass is a str."""
+    tok = ours("gpt2")
+    ids = tok.encode("hello world")
+    for errors in (None, 0, b"strict", ("strict",)):
+        for seq in (ids, tuple(ids), ids * 600):
+            with pytest.raises(TypeError, match="argument 'errors' must be str"):
+                tok.decode(seq, errors=errors)
+
+    class Mode(str):
+        pass
+    assert tok.decode(ids, errors=Mode("strict")) == "hello world"
+    assert tok.decode(ids * 600, errors=Mode("strict")) == "hello world" * 600
+
+
 def test_decode_errors_and_replacement():
     tok = ours("gpt2")
     ids = tok.encode("héllo")
