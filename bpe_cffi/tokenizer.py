@@ -1492,7 +1492,8 @@ class Tokenizer(TiktokenMethods):
         output_path may also be an open binary file or a file descriptor (sys.stdout.buffer,
         a socket's fileno()): the ids are written to it in place, after what it holds, and it
         is left open.  dtype: None (uint16 when n_vocab <= 65536, else uint32), "uint16",
-        "uint32" or a numpy dtype.  Shows a progress bar on stderr when progress is true;
+        "uint32", or a numpy dtype or string that is one of them ("<u4", "u2").  Shows a
+        progress bar on stderr when progress is true;
         Ctrl-C stops it (and the output file is removed).  Memory does not grow with the
         file, but each thread adds its word cache and buffers (~130 MB peak RSS on 2 threads,
         ~560 MB on 64): more threads than cores cost memory and gain nothing.  Returns the
@@ -1510,6 +1511,8 @@ class Tokenizer(TiktokenMethods):
             raise IsADirectoryError(errno.EISDIR, "the input is a directory", in_path)
         formats.refuse_compressed(in_path, in_stat, "encode --tokenizer TOKENIZER -o OUT")
         _refuse_same_file(in_stat, in_path, out_path if stream_fd is None else stream_fd)
+        if stream_fd is None:     # a missing directory named, not the temporary file in it
+            formats.check_output_path(out_path)
         num_threads = _c_threads(num_threads)
         if self._cpattern == 0 or self._added is not None:
             return self._encode_file_py(in_path, output_path, width, progress)
@@ -1546,12 +1549,12 @@ class Tokenizer(TiktokenMethods):
     def _id_width(self, dtype) -> int:
         if dtype is None:
             return 2 if self._n_vocab <= 65536 else 4
-        name = dtype if isinstance(dtype, str) else None
-        if name is None:
+        name = dtype if isinstance(dtype, str) and dtype in ("uint16", "uint32") else None
+        if name is None:                # a numpy dtype, or a string numpy reads as one ('<u4')
             try:
                 import numpy
                 name = numpy.dtype(dtype).name
-                if numpy.dtype(dtype).byteorder == ">":
+                if numpy.dtype(dtype).str.startswith(">"):    # ('=' on a big-endian host too)
                     name = "big-endian " + name
             except Exception:
                 name = repr(dtype)

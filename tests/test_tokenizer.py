@@ -1,5 +1,6 @@
 """Tokenizer against the pure-Python reference encoder (vocabularies tiktoken does not know),
 plus the API's contracts: special tokens, batch, files, threads, decode, bad input."""
+import os
 import threading
 
 import pytest
@@ -410,8 +411,17 @@ def test_encode_file_errors(tmp_path):
     assert n == len(tok.encode("hello"))
     with pytest.raises(ValueError, match="big-endian"):
         tok.encode_file(src, tmp_path / "o.bin", dtype=numpy.dtype(">u4"), progress=False)
-    with pytest.raises(OSError):
+    for name, width in (("<u4", 4), ("u4", 4), ("=u4", 4)):   # numpy's names of uint32
+        tok.encode_file(src, tmp_path / "o.bin", dtype=name, progress=False)
+        assert os.path.getsize(tmp_path / "o.bin") == n * width, name
+    with pytest.raises(ValueError, match="big-endian"):
+        tok.encode_file(src, tmp_path / "o.bin", dtype=">u4", progress=False)
+    # a missing directory is named (it was the temporary file to be made in it)
+    with pytest.raises(FileNotFoundError, match="output directory does not exist") as e:
         tok.encode_file(src, tmp_path / "no" / "such" / "dir.bin", progress=False)
+    assert ".tmp" not in str(e.value)
+    with pytest.raises(IsADirectoryError):
+        tok.encode_file(src, str(tmp_path / "sub") + "/", progress=False)
 
 
 @pytest.mark.parametrize("how", ["same path", "another spelling", "hard link", "via symlink",
