@@ -3,6 +3,9 @@ Tokenizer unchanged: eot_token, max_token_value, is_special_token, encode_single
 encode_ordinary_batch, encode_to_numpy, decode_batch, decode_bytes_batch, token_byte_values.
 (Encoding.name is Tokenizer's name attribute: the loaded file's name without extension.)
 
+Also its attributes _mergeable_ranks, _special_tokens and _pat_str, which converters read.
+Not provided: encode_with_unstable (AttributeError).
+
 Tokenizer's own encode, encode_ordinary, encode_batch, decode, decode_bytes,
 decode_single_token_bytes, decode_tokens_bytes, decode_with_offsets, n_vocab and
 special_tokens_set already take tiktoken's arguments.  One difference is
@@ -66,6 +69,23 @@ class TiktokenMethods:
     def decode_bytes_batch(self, batch, *, num_threads=None) -> list:
         """[decode_bytes(ids) for ids in batch] (num_threads: as decode_batch)."""
         return [self.decode_bytes(ids) for ids in batch]
+
+    # tiktoken's private attributes, which code converting an Encoding to other formats
+    # reads (a tokenizer.json exporter: ranks, specials and pattern); copies, as read-only.
+    @property
+    def _mergeable_ranks(self) -> dict:
+        """{bytes: id} of the ordinary tokens."""
+        return {b: i for i, b in self._vocab.items()}
+
+    @property
+    def _special_tokens(self) -> dict:
+        """{str: id} of the special tokens."""
+        return dict(self._special)
+
+    @property
+    def _pat_str(self) -> str:
+        """The split pattern's regex (the regex module's dialect, as tiktoken's)."""
+        return self._pattern_regex
 
     def token_byte_values(self) -> list:
         """The bytes of every ordinary token, sorted (tiktoken's order)."""

@@ -251,3 +251,7 @@ def test_the_rest_of_tiktokens_interface(vocab):
     for i in (0, 1000, enc.eot_token, enc.max_token_value):
         assert tok.is_special_token(i) == enc.is_special_token(i), i
     assert tok.token_byte_values() == enc.token_byte_values()
+    # the private attributes that Encoding converters read
+    assert tok._pat_str == enc._pat_str
+    assert tok._mergeable_ranks == enc._mergeable_ranks
+    assert tok._special_tokens == enc._special_tokens
