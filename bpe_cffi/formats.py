@@ -326,7 +326,9 @@ def is_initial_symbol(token, byte_level: bool, prefix=b"", suffix=b"") -> bool:
         core = core[len(prefix):]
     if suffix and core.endswith(suffix) and len(core) > len(suffix):
         core = core[:-len(suffix)]
-    if isinstance(core, str) or byte_level:
+    if isinstance(core, str):         # (byte-level: a token string of the byte alphabet)
+        return len(core) == 1 and (not byte_level or core in unicode_to_byte())
+    if byte_level:
         return len(core) == 1
     try:
         return len(core.decode("utf-8")) == 1

@@ -364,6 +364,11 @@ def _vocab_and_merges(model, special, byte_level, path, text, fail):
     # of a token the model has: the model still merges "in" + "g" into it) or when they are
     # initial symbols (a byte, a character), which the model makes without a merge
     pairs = _merge_pairs(raw_merges)
+    for s, i in special.items():
+        if byte_level and raw_vocab.get(s, i) != i:
+            fail(f"added token {s!r} (id {i}) has the text of the model's token "
+                 f"{raw_vocab[s]}: HF gives it the model's id and numbers the added tokens "
+                 f"after it anew: unsupported")
     also_added = {s for s, i in special.items() if raw_vocab.get(s, -1) == i}
     if also_added:
         prefix = model.get("continuing_subword_prefix") or ""

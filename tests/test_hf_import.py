@@ -589,6 +589,56 @@ def test_added_token_that_is_a_model_symbol_merges_never_name(tmp_path):
         load(tmp_path / "e.json")
 
 
+def _tiny_bytelevel():
+    hf = tokenizers.Tokenizer(models.BPE())
+    hf.pre_tokenizer = P.ByteLevel(add_prefix_space=False)
+    hf.decoder = D.ByteLevel()
+    hf.train_from_iterator(["hello world. a b"] * 5, trainers.BpeTrainer(
+        vocab_size=270, show_progress=False, initial_alphabet=P.ByteLevel.alphabet()))
+    return hf
+
+
+@pytest.mark.parametrize("added", [" ", "\n", "\t"])
+def test_a_one_byte_added_token_outside_the_byte_alphabet_saves_and_loads(tmp_path, added):
+    """save() lists an added token in model.vocab as its raw text (HF then keeps our id);
+    reading such a file back took the one-character ' ' for a byte-level token string, which
+    ' ' is not (it is 'Ġ'), and refused the file we had written."""
+    hf = _tiny_bytelevel()
+    hf.add_tokens([tokenizers.AddedToken(added, normalized=False)])
+    hf.save(str(tmp_path / "in.json"))
+    tok = load(tmp_path / "in.json")
+    tok.save(tmp_path / "out.json")
+    back, hf_back = load(tmp_path / "out.json"), tokenizers.Tokenizer.from_file(
+        str(tmp_path / "out.json"))
+    for text in ("a. b\n c", " \t\n x", ""):
+        want = hf.encode(text).ids
+        assert tok.encode(text) == want and back.encode(text) == want, text
+        assert hf_back.encode(text).ids == want, text
+
+
+def test_an_added_token_with_the_text_of_another_model_token_is_refused(tmp_path):
+    """HF gives an added token whose text is a model token's the model's id (warning in
+    Rust's log only) and numbers the added tokens after it anew: '.' at 267 and '<tool>' at
+    268 in the file encode "a.<tool>" as [64, 13, 267] there; we used the file's ids."""
+    hf = _tiny_bytelevel()
+    hf.save(str(tmp_path / "t.json"))
+    dot = hf.token_to_id(".")
+
+    def add(d):
+        n = len(d["model"]["vocab"])
+        d["added_tokens"] += [{"id": n, "content": ".", "single_word": False, "lstrip": False,
+                               "rstrip": False, "normalized": False, "special": False},
+                              {"id": n + 1, "content": "<tool>", "single_word": False,
+                               "lstrip": False, "rstrip": False, "normalized": False,
+                               "special": True}]
+    q = _mutated(tmp_path / "t.json", tmp_path, add)
+    hf2 = tokenizers.Tokenizer.from_file(str(q))
+    assert hf2.encode("a.<tool>").ids[1] == dot            # what HF does with it
+    with pytest.raises(ValueError, match=rf"added token '\.' \(id \d+\) has the text of the "
+                                         rf"model's token {dot}"):
+        load(q)
+
+
 @pytest.mark.parametrize("name", ["whitespace", "llama", "bytelevel-prefix"])
 def test_decode_skips_special_tokens_as_hf(built, name):
     """decode(skip_special_tokens=True), HF's default: the special tokens left out, an added
