@@ -154,11 +154,14 @@ def test_split_behaviours_match_hf(pattern, behavior, invert, matrix_texts):
 # on text with several lines and the characters where their \w differ
 DIALECT_TEXT = ["ab  \ncd  \n  ef", "x\u00b2 10\u00bd a\u200db \u0663 \u00b2", "line\n\nnext ",
                 "می\u200cخواهم کتاب\u200cها", "  \n", "word_under score-dash",
-                "aab a \U0001F600\U0001F600\n\nxx  x\n"]
+                "aab a \U0001F600\U0001F600\n\nxx  x\n",
+                # \w of the two engines: Other_Number, circled letters, letter numbers
+                "a\u2460 \u24b6b \u216b x\u00b2 \u00bc\u09f4 \u16ee\n", "ab\n", "ab\n\n"]
 DIALECT_PATTERNS = [r"^\s+", r"\s+$", r"^", r"$", r"\w+", r"\W+", r"[\w']+", r"\b", r"\B",
                     r"\b\w+\b", r"^\w|\w$", r"\p{^L}+|^\p{L}",
                     r"(?m)^x.|.", r"(?m:.)+", r"(?<n>a)\k<n>|.", r"(?<n>a)\g<n>|.",
-                    r"\x{20}+|\x{1F600}"]
+                    r"\x{20}+|\x{1F600}", r"[\w]+", r"[^\w\s]+", r"\w\Z|\z", r"b\Z",
+                    r"\W\z|\Z"]
 
 
 @pytest.mark.parametrize("pattern", DIALECT_PATTERNS)
@@ -175,7 +178,8 @@ def test_regex_dialect_differences_match_hf(pattern, matrix_texts):
         assert ours_r.normalize_str(t) == hf_r.normalize_str(t), (pattern, t[:40])
 
 
-@pytest.mark.parametrize("pattern", [r"[a[b]]", r"[[:punct:]]", r"[a-z&&b]", r"[\W]"])
+@pytest.mark.parametrize("pattern", [r"[a[b]]", r"[[:punct:]]", r"[a-z&&b]", r"[\W]",
+                                     r"\p{XDigit}", r"\p{Word}+", r"[\p{Extended_Pictographic}]"])
 def test_regex_dialect_constructs_without_a_rewrite_are_refused(pattern):
     with pytest.raises(C.UnsupportedComponent, match="uses"):
         C.Split(pattern, "isolated", is_regex=True)
@@ -203,7 +207,7 @@ def _isolated_pieces(pattern, text):
 OURS_SYNTAX = [r"\N{SPACE}+|.", r"[\N{EM DASH}\N{SPACE}]+|\w+", r"(?s).", r"(?s:a.)|.",
                r"(?P<w>\w+)|\s+|.", r"(?P<n>a)(?P=n)|.", r"(?u)\w+|.", r"(?iu:A+)|.",
                r"\p{^L}+|\p{L}+", r"(?V0)\s+$|\S+", r"(?i)x+|.", r"\U0001F600+|.",
-               r"[\U0001F600-\U0001F64F\u2014]+|\x20+|."]
+               r"[\U0001F600-\U0001F64F\u2014]+|\x20+|.", r"\w+\Z|\w+|.", r"[\w]+\z|."]
 
 
 @pytest.mark.parametrize("pattern", OURS_SYNTAX)
@@ -211,7 +215,8 @@ def test_patterns_in_our_syntax_are_written_for_hf_alike(pattern):
     from bpe_cffi.regex_dialects import ours_to_onig
     onig = ours_to_onig(pattern)
     texts = ["a   b\nc\n\n d", "aa a\u2014 \u2014b XXx x", "\u00e9t\u00e9 1\u00b2 \u0663\n", "  \n",
-             "AaA aaa\na", "word_under score-dash  ", "xU0001F600 \U0001F600\U0001F601\U0001F64F!"]
+             "AaA aaa\na", "word_under score-dash  ", "xU0001F600 \U0001F600\U0001F601\U0001F64F!",
+             "a\u2460 \u24b6b \u216b x\u00b2 \u00bc\u09f4\n", "ab\n"]
     for t in texts:
         assert P.Split(Regex(onig), "isolated").pre_tokenize_str(t) == \
             _isolated_pieces(pattern, t), (pattern, onig, t)
@@ -221,6 +226,7 @@ def test_patterns_in_our_syntax_are_written_for_hf_alike(pattern):
 
 
 @pytest.mark.parametrize("pattern", [r"(?a)\w+", r"(?V1)a", r"(?L)a", r"\p{L&}", r"\p{IsLatin}",
+                                     r"\p{XDigit}", r"\p{^Word}",
                                      r"\p{sc=Latin}", r"\p{Script=Greek}", r"\N{NO SUCH NAME}",
                                      r"\p{InGreek}", r"(?|a|b)"])
 def test_our_syntax_without_an_oniguruma_form_is_refused(pattern):
