@@ -2190,8 +2190,13 @@ def _tokenizer_of_parts(p, parts, special, options, kw) -> Tokenizer:
         hf_import.check_options_supported(Tokenizer, options, p)
         full = dict(vocab)
         model_bytes = set(vocab.values())
+        prefix = options.get("continuing_subword_prefix") or ""
+        suffix = options.get("end_of_word_suffix") or ""
         for s, i in special.items():
             b = s.encode("utf-8")
+            if not parts["byte_level"] and i not in vocab and \
+                    formats.is_initial_symbol(s, False, prefix, suffix):
+                continue    # a character the file's model does not have: not the model's
             if b not in model_bytes or vocab.get(i) == b:   # (else a model token's bytes
                 full[i] = b                                 # under another id)
         if parts["pattern"] is not None:

@@ -639,6 +639,28 @@ def test_an_added_token_with_the_text_of_another_model_token_is_refused(tmp_path
         load(q)
 
 
+def test_a_one_character_added_token_the_model_lacks_stays_out_of_the_model(tmp_path):
+    """A character-level file whose added token is a character its model does not have: where
+    the added-token scanner does not take it (single_word), HF's model gives <unk> or the
+    byte-fallback token; ours gave the added token's id ("a\u00e9" -> [1, 3], HF [1, 0])."""
+    hf = tokenizers.Tokenizer(models.BPE(vocab={"<unk>": 0, "a": 1, "b": 2}, merges=[],
+                                         unk_token="<unk>"))
+    hf.pre_tokenizer = P.WhitespaceSplit()
+    hf.add_tokens([tokenizers.AddedToken("\u00e9", single_word=True)])
+    hf.save(str(tmp_path / "sw.json"))
+    tok = load(tmp_path / "sw.json")
+    for text in ("\u00e9", "a \u00e9 b", "a\u00e9", "\u00e9b"):
+        assert tok.encode(text) == hf.encode(text).ids, text
+    assert tok.encode_ordinary("a\u00e9") == [1, 0]
+    hf = tokenizers.Tokenizer(models.BPE(vocab={"<unk>": 0, "<0x0A>": 1, "a": 2, "b": 3},
+                                         merges=[], unk_token="<unk>", byte_fallback=True))
+    hf.add_tokens([tokenizers.AddedToken("\n", single_word=True)])
+    hf.save(str(tmp_path / "bf.json"))
+    tok = load(tmp_path / "bf.json")
+    for text in ("a\nb", "\n", "a \n b", "\n\n"):
+        assert tok.encode(text) == hf.encode(text).ids, text
+
+
 @pytest.mark.parametrize("name", ["whitespace", "llama", "bytelevel-prefix"])
 def test_decode_skips_special_tokens_as_hf(built, name):
     """decode(skip_special_tokens=True), HF's default: the special tokens left out, an added
