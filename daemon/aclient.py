@@ -7,6 +7,7 @@ awaits (duplicates after a resend, abandoned requests) are dropped.  Each attemp
 """
 import asyncio
 import collections
+import os
 
 import zmq
 import zmq.asyncio
@@ -105,6 +106,9 @@ class AsyncClient(_ClientBase):
         """Sends one request dict (without "id"); returns the ok reply dict or raises."""
         if self._closed:
             raise ValueError("the client is closed")
+        if self._pid != os.getpid():
+            raise RuntimeError("this AsyncClient was made before fork(): its sockets and "
+                               "event loop are the parent's; make one in the child")
         self._ensure_readers()
         rid = next(self._ids)
         msg["id"] = rid

@@ -78,7 +78,7 @@ def configure_socket(sock, curve_server_key=None, curve_public_key=None,
 
 class _Pending:
     __slots__ = ("packed", "ep", "deadline", "retries_left", "pinned", "why", "free",
-                 "busy_wait", "budget_end")
+                 "busy_wait", "budget_end", "sent")
 
     def __init__(self, packed, ep, deadline, retries_left, pinned, budget_end=0.0):
         self.packed = packed
@@ -90,6 +90,7 @@ class _Pending:
         self.free = False        # that resend is not an attempt (busy: see _on_reply)
         self.busy_wait = BUSY_WAIT_FIRST
         self.budget_end = budget_end   # busy replies are resent until then
+        self.sent = False        # an attempt went out (else no endpoint was connected)
 
 
 # A busy reply (the daemon's per-client or buffer limits) is flow control, not a failure: the
@@ -166,10 +167,19 @@ def pack_request(pack, msg):
         return pack(msg)
 
 
+def refuse_one_text(texts, what):
+    """TypeError for a single str or bytes where a list of texts belongs: iterated, it gave a
+    text per character (encode_batch("hello") made five)."""
+    if isinstance(texts, (str, bytes, bytearray, memoryview)):
+        raise TypeError(f"{what} takes a list of texts, not a {type(texts).__name__}: use "
+                        f"encode(text) for one text, or {what}([text])")
+
+
 def utf8_bins(texts):
     """The texts of an encode_batch as UTF-8 bins (the daemon checks them in C without
     decoding them to str), lone surrogates as U+FFFD (utf8); bytes are sent as they are, and
     anything else too (the daemon refuses it, naming it by its index)."""
+    refuse_one_text(texts, "encode_batch")
     return [utf8(t) if isinstance(t, str) else t for t in texts]
 
 
@@ -300,6 +310,7 @@ def group_ids(rep, per_request, packed):
 def text_groups(texts, batch, max_chars=None):
     """Yields lists of consecutive texts: up to `batch` texts and max_chars (default
     STREAM_BATCH_CHARS) characters each (a longer text alone)."""
+    refuse_one_text(texts, "stream")
     limit = STREAM_BATCH_CHARS if max_chars is None else max_chars
     group, size = [], 0
     for text in texts:
@@ -341,6 +352,24 @@ class _ClientBase:
         self._rr = itertools.count()
         self._closed = False
         self._frame_limit = None      # the smallest max_frame_bytes of the endpoints, once known
+        self._pid = os.getpid()
+        self._parents = []            # the parent's context and sockets, after a fork
+
+    def _forked(self) -> bool:
+        """After fork() in the child: new sockets (and context) of the child's own, the
+        parent's left untouched (closing them here could hang); True if that happened.  A
+        context given by the caller belongs to the parent: RuntimeError."""
+        if self._pid == os.getpid():
+            return False
+        if not self._own_ctx:
+            raise RuntimeError("this client was made before fork() with a ZeroMQ context of "
+                               "the parent's, which the child cannot use: make the client, "
+                               "and its context, in the child")
+        self._parents.append((self._ctx, self._socks))
+        self._ctx = self._context_type()
+        self._socks = [self._connect(ep) for ep in self.endpoints]
+        self._pid = os.getpid()
+        return True
 
     def _learn_frame_limit(self, infos):
         """Keeps the smallest max_frame_bytes of the endpoints' info replies (None: that
@@ -413,6 +442,12 @@ class Client(_ClientBase):
         """Sends a request (a dict without "id"); returns its id.  ep pins an endpoint."""
         if self._closed:
             raise ValueError("the client is closed")
+        if self._forked():            # a client made before fork(), used in the child: the
+            self._poller = zmq.Poller()     # requests in flight were the parent's
+            for sock in self._socks:
+                self._poller.register(sock, zmq.POLLIN)
+            self._pending.clear()
+            self._done.clear()
         rid = next(self._ids)
         msg["id"] = rid
         packed = pack_request(self._pack, msg)
@@ -442,6 +477,7 @@ class Client(_ClientBase):
                     self._socks[ep].send(p.packed, zmq.NOBLOCK)
                     p.ep = ep
                     p.deadline = time.monotonic() + self.timeout
+                    p.sent = True
                     return
                 except zmq.Again:
                     continue
@@ -537,6 +573,14 @@ class Client(_ClientBase):
                 raise DaemonTimeout(rep.get("message", ""))
             raise DaemonError(rep.get("code", "?"), rep.get("message", ""))
         return rep
+
+    def _unsent(self, rid) -> bool:
+        """Whether request rid could not go out (no endpoint connected within the timeout).
+        A window is not filled past such a request: each further send would wait a timeout
+        of its own in turn (a stream of window 64 to a stopped daemon took 64 times as long
+        to fail as one request)."""
+        p = self._pending.get(rid)
+        return p is not None and not p.sent
 
     def forget(self, rid):
         self._pending.pop(rid, None)
@@ -637,9 +681,11 @@ class Client(_ClientBase):
                     if group is None:
                         exhausted = True
                         break
-                    inflight.append((self.submit(group_request(base, group, per_request)),
-                                     group, start))
+                    rid = self.submit(group_request(base, group, per_request))
+                    inflight.append((rid, group, start))
                     start += len(group)
+                    if self._unsent(rid):
+                        break
                 if not inflight:
                     return
                 rid, group, first = inflight[0]
@@ -691,6 +737,8 @@ class Client(_ClientBase):
                     msg.update(stream=sid, seq=seq, final=nxt is None, data=chunk_data(data))
                     inflight.append(self.submit(msg, ep))
                     seq += 1
+                    if self._unsent(inflight[-1]):
+                        break
                 rep = self.result(inflight[0])
                 inflight.popleft()
                 out += reply_ids(rep.get("ids", b""))
@@ -699,8 +747,9 @@ class Client(_ClientBase):
             for rid in inflight:
                 self.forget(rid)
             try:
-                if seq:
-                    self.submit({"op": P.OP_STREAM_ABORT, "stream": sid}, ep)
+                if seq:     # sent once, no reply awaited nor resent (to a daemon gone,
+                    #             resending it held up this client's next request)
+                    self.forget(self.submit({"op": P.OP_STREAM_ABORT, "stream": sid}, ep))
             except Exception:
                 pass
             raise

@@ -85,6 +85,16 @@ def _recv_parts(sock, flags=0):
     return parts
 
 
+def _keeps_every_byte(tok) -> bool:
+    """Whether every byte of a text goes into the tokenizer's ids (so that n bytes make at
+    least n / max_token_bytes ids): a bpe_cffi Tokenizer without a normalizer or
+    pre-tokenizer, which could delete text (HF's BertNormalizer drops control characters,
+    WhitespaceSplit the spaces)."""
+    from bpe_cffi import Tokenizer
+    return isinstance(tok, Tokenizer) and getattr(tok, "_normalizer", None) is None and \
+        getattr(tok, "_pre_tokenizer", None) is None
+
+
 class RequestError(Exception):
     """A request that gets an error reply; code is one of protocol.ERROR_CODES."""
 
@@ -1004,8 +1014,10 @@ class Handler:
             # Every token is at most max_token_bytes long, so a text longer than
             # (limit + 1) * max_token_bytes bytes has more than `limit` tokens: stop here.
             mtb = self.max_token_bytes(opts[0])
-            # (not when a special token is disallowed: the whole text must be looked at)
-            if mtb and opts[2] == () and len(text) > (limit + 1) * mtb:
+            # (not when a special token is disallowed: the whole text must be looked at;
+            # nor when a normalizer or pre-tokenizer may drop text: then fewer bytes remain)
+            if mtb and opts[2] == () and len(text) > (limit + 1) * mtb and \
+                    _keeps_every_byte(self.tokenizers[opts[0]]):
                 n_bytes = len(text.encode("utf-8"))
                 lower = -(-n_bytes // mtb)
                 return {"count": lower, "exceeded": True, "exact": False}
@@ -1035,7 +1047,10 @@ class Handler:
                 or not hasattr(tok, "encode_iterable")):
             return None
         n = 0
-        it = tok.encode_iterable(text[i:i + step] for i in range(0, len(text), step))
+        try:
+            it = tok.encode_iterable(text[i:i + step] for i in range(0, len(text), step))
+        except ValueError:      # a tokenizer that streams no text (a normalizer...): whole
+            return None
         try:
             for _ in it:
                 n += 1

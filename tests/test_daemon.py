@@ -1013,3 +1013,90 @@ def test_stream_names_the_bad_text_by_its_index(daemon, refs):
                             got.append(ids)
                     check(ei.value, code, start, got)
     asyncio.run(main())
+
+
+def test_a_single_text_where_a_list_belongs_is_refused():
+    """Client.encode_batch("hello") iterated the str and encoded five one-letter texts; the
+    in-process encode_batch raises TypeError, and so does the client now (no daemon needed:
+    it is refused before anything is sent)."""
+    with Client("tcp://127.0.0.1:1", timeout=0.5, retries=0) as c:
+        for bad in ("hello", b"hi"):
+            with pytest.raises(TypeError, match="not a"):
+                c.encode_batch(bad)
+            with pytest.raises(TypeError, match="not a"):
+                list(c.stream(bad))
+
+
+def test_a_window_of_requests_to_a_stopped_daemon_fails_like_one_request():
+    """Each request of a stream's window waited a timeout of its own for a connection, in
+    turn: window 64, timeout 1 s, one retry took 128 s to fail (about 45 minutes with the
+    defaults).  Bounded here at a tenth of that, to stay clear of a loaded machine."""
+    with Client("tcp://127.0.0.1:1", timeout=0.5, retries=1) as c:
+        t0 = time.monotonic()
+        with pytest.raises(DaemonTimeout):
+            list(c.stream(["x"] * 1000, batch=1, window=64))
+        with pytest.raises(DaemonTimeout):
+            c.encode_chunks([b"x"] * 40, window=16)
+        assert time.monotonic() - t0 < 0.1 * 0.5 * 2 * (64 + 16)
+
+
+def test_a_client_made_before_fork_works_in_the_child(daemon, refs):
+    """A Client made in the parent (gunicorn's preload, a multiprocessing pool) hung for ever
+    in the child: its ZeroMQ context was the parent's.  The child now gets sockets of its
+    own; the parent's client goes on working."""
+    tok = refs["cl100k"]
+    with Client(daemon.endpoint, timeout=5, retries=1) as c:
+        assert c.encode("before") == tok.encode("before")
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:                                   # the child: report, never return
+            code = 1
+            try:
+                os.close(r)
+                os.write(w, repr(c.encode("in the child")).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            _, status = os.waitpid(pid, os.WNOHANG)
+            if _:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the child hung with the parent's client")
+        with os.fdopen(r, "rb") as f:
+            got = f.read()
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert got.decode() == repr(tok.encode("in the child"))
+        assert c.encode("after") == tok.encode("after")
+
+
+def test_count_with_a_limit_on_a_tokenizer_that_drops_text(tmp_path, paths):
+    """count(limit) took a text of more than (limit + 1) * the longest token's bytes for more
+    than `limit` tokens: wrong where a normalizer deletes characters (5000 zero-width spaces
+    and 'hello', limit 10: 'exceeded', count 118; it is 1 token).  And a text over 131,072
+    characters failed as an internal error for such a tokenizer (its streaming count)."""
+    import json
+    from bpe_cffi import load
+    src = load(paths["gpt2"])
+    src.save(tmp_path / "gpt2.json")
+    doc = json.loads((tmp_path / "gpt2.json").read_text("utf-8"))
+    doc["normalizer"] = {"type": "Replace", "pattern": {"String": "\u200b"}, "content": ""}
+    (tmp_path / "zw.json").write_text(json.dumps(doc), "utf-8")
+    tok = load(tmp_path / "zw.json")
+    d = Daemon({"zw": tmp_path / "zw.json"}, workers=1)
+    try:
+        with Client(d.endpoint, timeout=20, retries=0) as c:
+            text = "\u200b" * 5000 + "hello"
+            rep = c.request({"op": "count", "text": text, "limit": 10, "tokenizer": "zw"})
+            assert rep["count"] == len(tok.encode(text)) == 1 and rep["exceeded"] is False
+            long = "hello world " * 20_000
+            n = len(tok.encode(long))
+            rep = c.request({"op": "count", "text": long, "limit": n + 5, "tokenizer": "zw"})
+            assert rep["count"] == n and rep["exceeded"] is False and rep["exact"] is True
+    finally:
+        d.stop()
