@@ -62,9 +62,10 @@ LIMIT_FLAGS = (
     ("--max-text-bytes", "max_text_bytes", int, "N", 1,
      "largest text (UTF-8 bytes) in a request; a larger one is answered too_large "
      "(default {})"),
-    ("--max-frame-bytes", "max_frame_bytes", int, "N", 64,
+    ("--max-frame-bytes", "max_frame_bytes", int, "N", 1 << 20,
      "largest request message in bytes; a client sending a larger one is disconnected "
-     "(ZMQ_MAXMSGSIZE; default {})"),
+     "(ZMQ_MAXMSGSIZE; default {}; at least 1 MiB: the clients check a message against "
+     "it from that size on)"),
     ("--max-inflight", "max_inflight_per_client", int, "N", 1,
      "requests of one client queued or running; more are answered busy (default {})"),
     ("--stream-idle", "stream_idle_s", float, "SECONDS", 0.001,
@@ -133,6 +134,10 @@ def resolve_loader(spec):
     return loader
 
 
+def _num(x) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
+
+
 def check_limits(args):
     """ValueError for option values with which the daemon could not serve (every request
     busy or too large, streams dropped at once), before anything is loaded."""
@@ -140,7 +145,14 @@ def check_limits(args):
             [(f[0], f[4]) for f in LIMIT_FLAGS]:
         value = _flag_value(args, flag)
         if value is not None and not value >= least:
-            raise ValueError(f"{flag} must be at least {least:g}, not {value:g}")
+            raise ValueError(f"{flag} must be at least {_num(least)}, not {_num(value)}")
+    text, frame = (_flag_value(args, f) for f in ("--max-text-bytes", "--max-frame-bytes"))
+    text = P.Limits().max_text_bytes if text is None else text
+    frame = P.Limits().max_frame_bytes if frame is None else frame
+    if text > frame:
+        raise ValueError(f"--max-text-bytes {_num(text)} is larger than --max-frame-bytes "
+                         f"{_num(frame)}: a text in between would disconnect its client "
+                         f"instead of being answered too_large")
     if args.heap_trim_mb is not None and args.heap_trim_mb == float("inf"):
         raise ValueError("--heap-trim-mb must be a number of MB (0 for never), not inf")
 

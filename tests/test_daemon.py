@@ -610,6 +610,11 @@ def test_cli_registers_serve():
     (["--heap-trim-mb", "-1"], "--heap-trim-mb must be at least 0"),
     (["--heap-trim-mb", "nan"], "--heap-trim-mb must be at least 0"),
     (["--heap-trim-mb", "inf"], "--heap-trim-mb must be a number of MB"),
+    # below 1 MiB the clients, which check only larger messages, timed out instead of
+    # hearing too_large; a text limit over the frame limit disconnects instead of answering
+    (["--max-frame-bytes", "65536"], "--max-frame-bytes must be at least 1,048,576"),
+    (["--max-frame-bytes", "2000000", "--max-text-bytes", "3000000"],
+     "--max-text-bytes 3,000,000 is larger than --max-frame-bytes 2,000,000"),
     (["--loader", "no_such_module:load"], "No module named"),
 ])
 def test_serve_errors_are_one_line(daemon, paths, extra, message):
