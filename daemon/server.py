@@ -147,6 +147,45 @@ def check_bind_security(bind, curve_secret_key, curve_authorized_keys):
                          "--curve-authorized-keys DIR")
 
 
+def _ipc_path(endpoint: str):
+    """The file of an ipc:// endpoint (None for another transport, or ipc://*, whose file
+    libzmq makes and removes itself)."""
+    if not endpoint.startswith("ipc://") or endpoint == "ipc://*":
+        return None
+    return endpoint[len("ipc://"):]
+
+
+def _refuse_live_ipc(path) -> None:
+    """OSError(EADDRINUSE) when a process listens on the ipc file `path`: libzmq would
+    replace its file, and that daemon would go on running where no client reaches it.  A
+    file nobody listens on (left by a daemon killed) is replaced, as before."""
+    import errno
+    import socket
+    if path is None or not os.path.exists(path):
+        return
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+    except OSError:
+        return
+    finally:
+        probe.close()
+    raise OSError(errno.EADDRINUSE, f"another process listens on {path} (Address already "
+                  f"in use)")
+
+
+def _remove_ipc_file(path, stat_at_bind) -> None:
+    """Removes the ipc file this daemon bound, unless another has replaced it since (libzmq
+    leaves a named ipc:// file behind)."""
+    try:
+        st = os.stat(path)
+        if stat_at_bind is not None and os.path.samestat(st, stat_at_bind):
+            os.unlink(path)
+    except OSError:
+        pass
+
+
 def _bindable(endpoint: str) -> str:
     """tcp://host:0 means 'any free port', which ZeroMQ spells tcp://host:*."""
     if endpoint.startswith("tcp://") and endpoint.endswith(":0"):
@@ -1329,8 +1368,12 @@ class Server:
             self._setup_curve(fe)
         if self.bind_addr.startswith("tcp://["):     # an IPv6 address, e.g. tcp://[::1]:0
             fe.setsockopt(zmq.IPV6, 1)
+        _refuse_live_ipc(_ipc_path(self.bind_addr))
         fe.bind(_bindable(self.bind_addr))
         self.endpoint = fe.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self._ipc = _ipc_path(self.bind_addr)
+        self._ipc_stat = os.stat(self._ipc) if self._ipc and os.path.exists(self._ipc) \
+            else None
         be = self.backend = self.ctx.socket(zmq.ROUTER)
         be.setsockopt(zmq.LINGER, 0)
         be.bind(BACKEND_ADDR + f"-{os.getpid()}-{id(self)}")
@@ -1613,6 +1656,8 @@ class Server:
         left = self._drain_deadline - time.monotonic()
         self.frontend.close(linger=max(1000, int(left * 1000)))
         self.backend.close(0)
+        if getattr(self, "_ipc", None):
+            _remove_ipc_file(self._ipc, self._ipc_stat)
         if self._auth is not None:
             self._auth.stop()
         if self._own_ctx and not any(t.is_alive() for t in self._threads):

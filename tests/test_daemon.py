@@ -1105,3 +1105,22 @@ def test_count_with_a_limit_on_a_tokenizer_that_drops_text(tmp_path, paths):
             assert rep["count"] == n and rep["exceeded"] is False and rep["exact"] is True
     finally:
         d.stop()
+
+
+def test_an_ipc_endpoint_is_not_taken_over_and_its_file_is_removed(tmp_path, paths):
+    """A second daemon bound to a live daemon's ipc:// path replaced its file (libzmq does),
+    leaving the first running where no client reached it; and a clean exit left the file."""
+    import subprocess
+    import sys
+    sock = tmp_path / "d.sock"
+    d = Daemon({"gpt2": paths["gpt2"]}, bind=f"ipc://{sock}", workers=1)
+    try:
+        r = subprocess.run([sys.executable, "-m", "bpe_cffi", "serve", "-t",
+                            f"a={paths['gpt2']}", "--bind", f"ipc://{sock}"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and "Address already in use" in r.stderr, r.stderr
+        with Client(d.endpoint, timeout=10) as c:          # the first still answers
+            assert c.health()["status"] == "ok"
+    finally:
+        d.stop()
+    assert not sock.exists()
