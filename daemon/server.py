@@ -1438,7 +1438,7 @@ class Server:
         lim = self.limits
         fe, be = self.frontend, self.backend
         idle = collections.deque()            # worker routing ids ready for a job
-        busy = {}                             # worker routing id -> (identity, t0)
+        busy = {}            # worker routing id -> ([t0], [(identity, flag, payload)])
         pending = collections.deque()         # (identity, flag, payload, t0)
         self._queued_bytes = 0
         inflight = self._inflight = {}
@@ -1488,7 +1488,7 @@ class Server:
                         job = busy.pop(wid, None)
                         if job is not None:
                             now_pc = time.perf_counter()
-                            stats.latencies.extend(now_pc - t0 for t0 in job)
+                            stats.latencies.extend(now_pc - t0 for t0 in job[0])
                         idle.append(wid)
                         for i in range(2, len(frames) - 2, 3):
                             self._send(frames[i].bytes, frames[i + 1].bytes, frames[i + 2])
@@ -1509,8 +1509,18 @@ class Server:
                     self._send(d[0], d[1], P.packb(P.error_reply(
                         d[2], P.E_STREAM, "stream expired (idle too long)")))
                 self._trim_heap_when_quiet(busy or pending)
+        for ident, flag, payload, _t0 in pending:     # never handed to a worker
+            self._abandoned(ident, flag, payload)
         self._shutdown(idle, busy)
         return 0
+
+    def _abandoned(self, ident, flag, payload):
+        """Tells a client that the daemon stops without answering its request (it would
+        otherwise wait its whole timeout for a reply that never comes)."""
+        rid = _peek_key(payload, self.limits, "id")
+        self._send(ident, flag, P.packb(P.error_reply(
+            rid, P.E_SHUTTING_DOWN, "daemon stopping: the request was not answered in the "
+            "drain's time")))
 
     def _trim_heap_when_quiet(self, working):
         """Called about once a second: when less than QUIET_BYTES of requests came in since
@@ -1546,7 +1556,7 @@ class Server:
             k = min(self.MAX_JOBS_PER_HANDOFF, -(-len(pending) // len(idle)))
             wid = idle.popleft()
             frames = [wid]
-            t0s = []
+            t0s, jobs = [], []
             size = 0
             while pending and len(t0s) < k and (not t0s or size < self.MAX_BYTES_PER_HANDOFF):
                 ident, flag, payload, t0 = pending.popleft()
@@ -1554,7 +1564,8 @@ class Server:
                 size += len(payload)
                 frames += (ident, flag, payload)
                 t0s.append(t0)
-            busy[wid] = t0s
+                jobs.append((ident, flag, payload))
+            busy[wid] = (t0s, jobs)
             _send_parts(be, frames)
 
     def _read_frontend(self, pending):
@@ -1664,9 +1675,11 @@ class Server:
             self.ctx.term()
 
     def _stop_workers(self, idle, busy):
-        """Sends STOP to every worker once it is idle (busy ones are waited for, bounded)."""
+        """Sends STOP to every worker once it is idle.  Busy ones are waited for until the
+        drain's end (a moment at least); the requests of those still busy then are answered
+        shutting_down, and their threads (daemon threads) are left to the process's exit."""
         be = self.backend
-        end = time.monotonic() + 5.0
+        end = max(self._drain_deadline, time.monotonic() + 0.2)
         waiting = set(busy)
         for wid in idle:
             be.send_multipart([wid, b"", _STOP, b""])
@@ -1679,6 +1692,9 @@ class Server:
                 self._send(frames[i], frames[i + 1], frames[i + 2])
             waiting.discard(wid)
             be.send_multipart([wid, b"", _STOP, b""])
+        for wid in waiting:
+            for ident, flag, payload in busy[wid][1]:
+                self._abandoned(ident, flag, payload)
         for t in self._threads:
             t.join(timeout=max(0.0, end - time.monotonic()))
 

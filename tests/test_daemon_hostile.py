@@ -703,3 +703,34 @@ def test_drain_ends_although_clients_keep_sending(path):
         for t in threads:
             t.join()
         d.stop()
+
+
+def test_a_drain_ends_at_its_timeout_and_answers_what_it_drops(path):
+    """A request running past --drain-timeout kept the daemon 5 s more (a fixed wait for
+    busy workers) and was then dropped without a word, as was one still queued behind it:
+    their clients waited their whole timeout.  Now both are answered shutting_down and the
+    daemon exits at about the drain's end (bounded loosely: it was 6.2 s for a 1 s drain)."""
+    d = Daemon({"cl100k": path}, "--drain-timeout", 1, "--loader", "test_daemon_support:slow_load",
+               workers=1)
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    try:
+        s.connect(d.endpoint)
+        pad = " " * 4000             # over the size the main loop answers itself: a worker's
+        s.send(msgpack.packb({"op": "encode", "id": 1, "text": "SLOW30" + pad}))
+        s.send(msgpack.packb({"op": "encode", "id": 2, "text": "queued behind it" + pad}))
+        time.sleep(0.5)                                   # both arrived, one running
+        t0 = time.monotonic()
+        assert d.terminate_and_wait(timeout=30) == 0
+        assert time.monotonic() - t0 < 4.5
+        got = {}
+        while s.poll(2000):
+            rep = msgpack.unpackb(s.recv(), raw=False)
+            got[rep["id"]] = rep
+        assert set(got) == {1, 2}, got
+        assert all(not r["ok"] and r["code"] == "shutting_down" for r in got.values()), got
+    finally:
+        s.close(0)
+        ctx.term()
+        d.stop()

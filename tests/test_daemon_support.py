@@ -64,6 +64,27 @@ class StandinTokenizer:
         return self.decode_bytes(ids).decode("utf-8", "replace")
 
 
+class _Slow:
+    """A tokenizer whose encode of a text "SLOW<seconds>" sleeps that long first (a request
+    that outlasts a drain), the rest as the real one."""
+
+    def __init__(self, tok):
+        self._tok = tok
+
+    def __getattr__(self, name):
+        return getattr(self._tok, name)
+
+    def encode(self, text, **kw):
+        if text.startswith("SLOW"):
+            import time
+            time.sleep(float(text[4:]))
+        return self._tok.encode(text, **kw)
+
+
+def slow_load(path):
+    return _Slow(in_process_loader()(path))
+
+
 def load(path):
     name = _NAMES.get(Path(path).name)
     if name is None:
