@@ -485,6 +485,8 @@ class Client(_ClientBase):
             if left <= 0:
                 # not connected anywhere: count it as a timed-out attempt
                 p.deadline = time.monotonic()
+                p.why = "no connection to %s within %.3gs" % (
+                    " or ".join(self.endpoints[ep] for ep in order), self.timeout)
                 return
             self._await_writable(order, min(left, 0.05))
 

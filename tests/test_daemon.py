@@ -1038,7 +1038,7 @@ def test_a_window_of_requests_to_a_stopped_daemon_fails_like_one_request():
     defaults).  Bounded here at a tenth of that, to stay clear of a loaded machine."""
     with Client("tcp://127.0.0.1:1", timeout=0.5, retries=1) as c:
         t0 = time.monotonic()
-        with pytest.raises(DaemonTimeout):
+        with pytest.raises(DaemonTimeout, match="no connection to tcp://127.0.0.1:1"):
             list(c.stream(["x"] * 1000, batch=1, window=64))
         with pytest.raises(DaemonTimeout):
             c.encode_chunks([b"x"] * 40, window=16)
