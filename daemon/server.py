@@ -359,7 +359,10 @@ class StreamStore:
                 return "error", (code, message, None)
             if st is None:
                 if len(self.streams) >= lim.max_streams:
-                    return "error", (P.E_STREAM, f"too many open streams ({lim.max_streams})", None)
+                    # busy (retried after a pause), not stream_error: the streams may be other
+                    # clients' or orphans of connections gone, which expire when idle
+                    return "error", (P.E_BUSY, f"too many open streams ({lim.max_streams}); "
+                                     f"retry later", None)
                 if self.per_client[ident] >= lim.max_streams_per_client:
                     return "error", (P.E_STREAM, "too many open streams for this client "
                                      f"({lim.max_streams_per_client})", None)

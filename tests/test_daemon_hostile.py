@@ -734,3 +734,33 @@ def test_a_drain_ends_at_its_timeout_and_answers_what_it_drops(path):
         s.close(0)
         ctx.term()
         d.stop()
+
+
+def test_orphan_streams_of_gone_connections_delay_a_stream_but_do_not_fail_it(path, tok):
+    """Connections that open streams and go away (a crashing worker fleet, or any local peer)
+    could fill max_streams (1024) from fresh identities, and every client's encode_chunks then
+    failed at once with stream_error for stream_idle_s.  The global limit now answers busy,
+    which the client retries: the orphans expire (here after 1 s idle) and its stream goes
+    through, with the ids of encode."""
+    d = Daemon({"cl100k": path}, "--stream-idle", 1, workers=2)
+    ctx = zmq.Context()
+    socks = []
+    try:
+        for k in range(33):                       # 32 streams per connection at most
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(d.endpoint)
+            socks.append(s)
+            for j in range(32):
+                s.send(msgpack.packb({"op": "chunk", "id": j, "stream": j, "seq": 0,
+                                      "data": b"x", "final": False}))
+        time.sleep(0.5)
+        for s in socks:
+            s.close(0)
+        text = "hello orphaned world " * 50
+        with Client(d.endpoint, timeout=5, retries=1) as c:
+            assert c.stats()["streams"] >= 1024
+            assert c.encode_chunks([text[:300], text[300:]]) == tok.encode(text)
+    finally:
+        ctx.term()
+        d.stop()
