@@ -55,10 +55,18 @@ class AsyncClient(_ClientBase):
                          heartbeat_ivl_ms=heartbeat_ivl_ms)
         self._futures = {}
         self._readers = None
+        self._loop = None         # the event loop of its readers (the first used)
 
     def _ensure_readers(self):
+        loop = asyncio.get_running_loop()
         if self._readers is None:
+            self._loop = loop
             self._readers = [asyncio.ensure_future(self._reader(s)) for s in self._socks]
+        elif loop is not self._loop:
+            # its readers run on the first loop: from another one no reply would arrive,
+            # and every request would end in a timeout that says nothing of why
+            raise RuntimeError("this AsyncClient was first used in another event loop "
+                               "(asyncio.run closes its loop): make an AsyncClient per loop")
 
     async def _reader(self, sock):
         while True:

@@ -1124,3 +1124,19 @@ def test_an_ipc_endpoint_is_not_taken_over_and_its_file_is_removed(tmp_path, pat
     finally:
         d.stop()
     assert not sock.exists()
+
+
+def test_an_async_client_used_from_a_second_event_loop_says_so(daemon, refs):
+    """A second asyncio.run() with the same AsyncClient timed out ('no reply within 2s')
+    though the daemon had answered: its readers ran on the first, closed loop."""
+    c = AsyncClient(daemon.endpoint, timeout=2, retries=1)
+
+    async def one():
+        return await c.encode("hello")
+
+    try:
+        assert asyncio.run(one()) == refs["cl100k"].encode("hello")
+        with pytest.raises(RuntimeError, match="another event loop"):
+            asyncio.run(one())
+    finally:
+        c._ctx.destroy(0)
