@@ -199,9 +199,8 @@ def _onig_syntax_to_ours(pattern: str) -> str:
             continue
         if tok == "(" and not in_class and _is_flag_group(toks, k):
             j = k + 2
-            while toks[j] not in (":", ")"):
-                out_letter = "s" if toks[j] == "m" else toks[j]
-                toks[j] = out_letter
+            while toks[j] not in (":", ")"):          # its letters, read on below
+                toks[j] = "s" if toks[j] == "m" else toks[j]
                 j += 1
         out.append(tok)
         k += 1
