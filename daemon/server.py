@@ -36,10 +36,12 @@ Invariants:
   - stream state lives in StreamStore, keyed by (identity, stream id), bounded in count, bytes
     and idle time; only StreamStore's lock guards it.
 """
+import ast
 import codecs
 import collections
 import ipaddress
 import os
+import re
 import signal
 import sys
 import threading
@@ -655,8 +657,10 @@ def prefix_encoder(tok):
                            info)
         try:
             if rc == lib.BPE_ERR_DISALLOWED:
-                raise RequestError(P.E_DISALLOWED, "the streamed document contains a "
-                                   "disallowed special token")
+                names = getattr(tok, "_special_names", ())
+                raise RequestError(P.E_DISALLOWED, "the streamed document: " +
+                                   _disallowed_message(names[info[0]] if info[0] < len(names)
+                                                       else None))
             if rc:
                 raise RequestError(P.E_BAD_REQUEST, "streamed encode failed: " +
                                    ffi.string(lib.bpe_strerror(rc)).decode())
@@ -1310,9 +1314,26 @@ def _typename(v):
             dict: "map", type(None): "nil"}.get(type(v), type(v).__name__)
 
 
+def _disallowed_message(token) -> str:
+    """A disallowed special token's error in the protocol's terms (the in-process message
+    is tiktoken's advice on Python arguments)."""
+    what = f"the special token {token!r}" if token is not None else "a special token"
+    return (f"the text contains {what}, which \"disallowed_special\" refuses: list it in "
+            f"\"allowed_special\" to encode it as that token, or leave it out of "
+            f"\"disallowed_special\" to encode it as plain text")
+
+
 def _encode_error(exc):
     msg = str(exc)
     if "special" in msg.lower():
+        m = re.match(r"Encountered text corresponding to disallowed special token (.+?)\.\n",
+                     msg)
+        if m:
+            try:
+                return RequestError(P.E_DISALLOWED, _disallowed_message(ast.literal_eval(
+                    m.group(1)))[:1000])
+            except (ValueError, SyntaxError):
+                pass
         return RequestError(P.E_DISALLOWED, msg[:1000])
     return RequestError(P.E_BAD_REQUEST, msg[:1000])
 

@@ -237,6 +237,12 @@ def test_special_token_options(daemon, refs):
         with pytest.raises(DaemonError) as ei:
             c.encode(text, allowed_special="none", disallowed_special="all")
         assert ei.value.code == P.E_DISALLOWED
+        # in the protocol's terms, naming the token (not tiktoken's Python advice)
+        assert "'<|endoftext|>'" in ei.value.message and '"allowed_special"' in \
+            ei.value.message and "enc.special_tokens_set" not in ei.value.message
+        with pytest.raises(DaemonError, match=r"the special token '<\|endoftext\|>'"):
+            c.encode_chunks(["a <|endo", "ftext|> b"], allowed_special="none",
+                            disallowed_special="all")
         with pytest.raises(DaemonError) as ei:
             c.encode_batch(["ok", text], allowed_special="none", disallowed_special="all")
         assert ei.value.code == P.E_DISALLOWED
