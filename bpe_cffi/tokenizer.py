@@ -497,13 +497,17 @@ def size_t_array(values):
 
 
 def _disallowed_error(token: str) -> ValueError:
-    return ValueError(
+    """tiktoken's error for a disallowed special token; the token itself is its
+    special_token attribute (the daemon words the error for its own protocol)."""
+    exc = ValueError(
         f"Encountered text corresponding to disallowed special token {token!r}.\n"
         f"If you want this text to be encoded as a special token, pass it to `allowed_special`, "
         f"e.g. `allowed_special={{{token!r}, ...}}`.\n"
         f"If you want this text to be encoded as normal text, disable the check for this token "
         f"by passing `disallowed_special=(enc.special_tokens_set - {{{token!r}}})`.\n"
         f"To disable this check for all special tokens, pass `disallowed_special=()`.\n")
+    exc.special_token = token
+    return exc
 
 
 _MODEL_DEFAULTS = {"byte_level": True, "dropout": None, "seed": None, "unk_token": None,

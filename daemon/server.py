@@ -36,12 +36,10 @@ Invariants:
   - stream state lives in StreamStore, keyed by (identity, stream id), bounded in count, bytes
     and idle time; only StreamStore's lock guards it.
 """
-import ast
 import codecs
 import collections
 import ipaddress
 import os
-import re
 import signal
 import sys
 import threading
@@ -1326,14 +1324,9 @@ def _disallowed_message(token) -> str:
 def _encode_error(exc):
     msg = str(exc)
     if "special" in msg.lower():
-        m = re.match(r"Encountered text corresponding to disallowed special token (.+?)\.\n",
-                     msg)
-        if m:
-            try:
-                return RequestError(P.E_DISALLOWED, _disallowed_message(ast.literal_eval(
-                    m.group(1)))[:1000])
-            except (ValueError, SyntaxError):
-                pass
+        token = getattr(exc, "special_token", None)     # (bpe_cffi's; another loader's
+        if token is not None:                           # error is passed on as it is)
+            msg = _disallowed_message(token)
         return RequestError(P.E_DISALLOWED, msg[:1000])
     return RequestError(P.E_BAD_REQUEST, msg[:1000])
 
@@ -1392,10 +1385,10 @@ class Server:
             self._setup_curve(fe)
         if self.bind_addr.startswith("tcp://["):     # an IPv6 address, e.g. tcp://[::1]:0
             fe.setsockopt(zmq.IPV6, 1)
-        _refuse_live_ipc(_ipc_path(self.bind_addr))
+        self._ipc = _ipc_path(self.bind_addr)
+        _refuse_live_ipc(self._ipc)
         fe.bind(_bindable(self.bind_addr))
         self.endpoint = fe.getsockopt(zmq.LAST_ENDPOINT).decode()
-        self._ipc = _ipc_path(self.bind_addr)
         self._ipc_stat = os.stat(self._ipc) if self._ipc and os.path.exists(self._ipc) \
             else None
         be = self.backend = self.ctx.socket(zmq.ROUTER)
