@@ -218,12 +218,13 @@ def _code_point_escape(pattern: str, digits: str) -> str:
 
 
 def _closed_by(pattern: str, toks, k: int, end: str):
-    """(the text of toks[k:] up to the token `end`, the index after it)."""
+    """(the text of toks[k:] up to the token `end`, the index after it): the name or
+    argument after an opening token toks[k - 1]."""
     j = k
     while j < len(toks) and toks[j] != end:
         j += 1
     if j == len(toks):
-        _refuse(pattern, f"a group name not closed by {end!r}")
+        _refuse(pattern, f"a {toks[k - 1]!r} not closed by {end!r}")
     return "".join(toks[k:j]), j + 1
 
 
@@ -321,12 +322,7 @@ def _is_flag_group(toks, k: int) -> bool:
 
 def _braced(pattern: str, toks, k: int):
     """(the text between toks[k] == '{' and the next '}', the index after it)."""
-    j = k + 1
-    while j < len(toks) and toks[j] != "}":
-        j += 1
-    if j == len(toks):
-        _refuse(pattern, "a '{' that is not closed")
-    return "".join(toks[k + 1:j]), j + 1
+    return _closed_by(pattern, toks, k + 1, "}")
 
 
 def _named_character(pattern: str, name: str) -> str:
@@ -364,13 +360,10 @@ def _group_name(pattern: str, toks, k: int):
     kind = toks[k] if k < len(toks) else ""
     if kind == "<":
         return "(?<", k + 1
-    j = k + 1
-    while j < len(toks) and toks[j] != ")":
-        j += 1
-    if kind not in ("=", ">") or j == len(toks):
+    if kind not in ("=", ">"):
         _refuse(pattern, "a (?P group Oniguruma cannot read")
-    name = "".join(toks[k + 1:j])
-    return (f"\\k<{name}>" if kind == "=" else f"\\g<{name}>"), j + 1
+    name, end = _closed_by(pattern, toks, k + 1, ")")
+    return (f"\\k<{name}>" if kind == "=" else f"\\g<{name}>"), end
 
 
 def _flags(pattern: str, toks, k: int):
