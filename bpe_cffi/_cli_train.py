@@ -191,8 +191,8 @@ def check_specials_fit(args) -> None:
             raise ValueError(f"special token {s!r} is the text of a byte's token in a byte-level "
                              f"tokenizer.json (GPT-2's byte alphabet), which cannot hold both: "
                              f"use another special token, or --format tiktoken / gpt2")
-        if set(s) <= alphabet and formats.token_str_to_bytes(s, "") != s.encode("utf-8"):
-            stands_for = formats.token_str_to_bytes(s, "")
+        stands_for = formats.token_str_to_bytes(s, "") if set(s) <= alphabet else None
+        if stands_for is not None and stands_for != s.encode("utf-8"):
             raise ValueError(f"special token {s!r} is how a byte-level tokenizer.json writes the "
                              f"token of the bytes {stands_for!r}: if the training learns that "
                              f"token the file cannot hold both; use another special token, or "
