@@ -692,6 +692,17 @@ int bpe_batch_poll(bpe_batch_job *job, size_t *first, size_t *count, const uint3
     return pending ? BPE_BATCH_PENDING : rc;
 }
 
+int bpe_batch_step(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
+                   const size_t **id_ends, size_t *info)
+{
+    int rc = bpe_batch_poll(job, first, count, ids, id_ends, info), pending;
+    if (rc != BPE_BATCH_PENDING)
+        return rc;
+    help_or_wait(job);
+    rc = look(job, first, count, ids, id_ends, info, &pending);
+    return pending ? BPE_BATCH_PENDING : rc;
+}
+
 void bpe_batch_cancel(bpe_batch_job *job)
 {
     if (job == NULL)
@@ -706,6 +717,19 @@ void bpe_batch_cancel(bpe_batch_job *job)
 size_t bpe_batch_size(const bpe_batch_job *job)
 {
     return job != NULL ? job->total_size : 0;
+}
+
+size_t bpe_batch_step_max(const bpe_batch_job *job)
+{
+    size_t i, largest = 0;
+    if (job == NULL)
+        return 0;
+    for (i = 0; i < job->n_groups; i++) {   /* fields set before any worker started */
+        size_t size = job->groups[i].is_join ? 0 : group_size(job, &job->groups[i]);
+        if (size > largest)
+            largest = size;
+    }
+    return largest + (job->n_workers > 0 ? 0 : SOLO_BYTES);
 }
 
 void bpe_batch_finish(bpe_batch_job *job)

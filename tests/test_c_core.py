@@ -789,12 +789,14 @@ def str_storage(text):
 
 
 def job_batch(tok, texts, mode=None, n_threads=2, stop_after=None, scattered=False,
-              units=False, poll=False):
+              units=False, poll=False, steps=None):
     """bpe_batch_start/next/finish: (per-text id lists, rc, info).  stop_after: finish the
     job after that many groups (an early exit) and return what was collected.  scattered:
     each text in its own buffer, given by `starts`, instead of all end to end.  units: texts
     are strs, each given as CPython stores it (str_storage).  poll: bpe_batch_poll first,
-    bpe_batch_next only when it says BPE_BATCH_PENDING (as the id-list helper does)."""
+    bpe_batch_next only when it says BPE_BATCH_PENDING.  steps: a list, to take the groups
+    with bpe_batch_poll and bpe_batch_step (as the id-list helper does) and append to it the
+    number of BPE_BATCH_PENDING steps before each group."""
     data, starts, kinds, lengths = b"".join(texts) if not units else ffi.NULL, ffi.NULL, \
         ffi.NULL, [len(t) for t in texts]
     if scattered:
@@ -820,6 +822,12 @@ def job_batch(tok, texts, mode=None, n_threads=2, stop_after=None, scattered=Fal
             if poll:
                 rc = lib.bpe_batch_poll(job_p[0], first, count, ids, id_ends, info)
                 assert rc != lib.BPE_BATCH_PENDING or count[0] == 0
+            if steps is not None:
+                rc = lib.bpe_batch_poll(job_p[0], first, count, ids, id_ends, info)
+                steps.append(0)
+                while rc == lib.BPE_BATCH_PENDING:
+                    rc = lib.bpe_batch_step(job_p[0], first, count, ids, id_ends, info)
+                    steps[-1] += rc == lib.BPE_BATCH_PENDING
             if rc == lib.BPE_BATCH_PENDING:
                 rc = lib.bpe_batch_next(job_p[0], first, count, ids, id_ends, info)
             if rc:
@@ -1211,6 +1219,62 @@ def test_job_batch_polled_gives_every_text(n_threads):
     t[25] = b"x <|endoftext|> y"
     lists, rc, info = job_batch(tok, t, mode=[2], n_threads=n_threads, poll=True)
     assert (rc, info) == (lib.BPE_ERR_DISALLOWED, 25)
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+def test_job_batch_stepped_gives_every_text(n_threads):
+    """bpe_batch_step (one group encoded or waited for, then what is ready or
+    BPE_BATCH_PENDING) gives each text's ids once, as bpe_encode of it; an error too."""
+    tok, _ = native_tokenizer("gpt2")
+    texts = corpus_texts(300, 3000)
+    lists, rc, _ = job_batch(tok, texts, n_threads=n_threads, steps=[])
+    assert rc == lib.BPE_OK and lists == [tok.encode(t) for t in texts]
+    t = [b"plain text " * 50] * 40
+    t[25] = b"x <|endoftext|> y"
+    lists, rc, info = job_batch(tok, t, mode=[2], n_threads=n_threads, steps=[])
+    assert (rc, info) == (lib.BPE_ERR_DISALLOWED, 25)
+
+
+def test_job_batch_steps_return_inside_a_cut_text():
+    """A text cut into parts comes back whole once its last part is encoded; meanwhile each
+    bpe_batch_step returns (BPE_BATCH_PENDING) after one part, so that a caller looking for
+    Ctrl-C between steps is not kept in C for the whole text (bpe_batch_next is), and
+    bpe_batch_step_max bounds such a step: the largest part."""
+    tok, _ = native_tokenizer("gpt2")
+    big = b"".join(corpus_texts(40, 100_000))                 # ~4 MB: 8 parts or so
+    steps = []
+    lists, rc, _ = job_batch(tok, [big], n_threads=2, steps=steps)
+    assert rc == lib.BPE_OK and lists == [tok.encode(big)]
+    assert steps[0] >= 2, steps                # the caller came back between its parts
+
+
+def step_max(tok, texts, n_threads):
+    """bpe_batch_step_max of a job of these texts (started, then finished unread)."""
+    data = b"".join(texts)
+    ends = ffi.new("size_t[]", [sum(map(len, texts[:i + 1])) for i in range(len(texts))])
+    job_p = ffi.new("bpe_batch_job **")
+    assert lib.bpe_batch_start(tok.ptr, len(texts), data, ffi.NULL, ends, ffi.NULL,
+                               ffi.NULL, n_threads, job_p) == lib.BPE_OK
+    try:
+        return lib.bpe_batch_step_max(job_p[0])
+    finally:
+        lib.bpe_batch_finish(job_p[0])
+
+
+def test_job_batch_step_max():
+    """The most text one step can encode: the largest group or part, and without a worker
+    thread 1 MiB more; a text no cut can split counts whole (encode_batch then collects on
+    a helper thread from 4 MiB on, so that Ctrl-C is not kept waiting)."""
+    tok, _ = native_tokenizer("gpt2")
+    small = corpus_texts(300, 3000)
+    assert step_max(tok, small, 2) < 200_000                  # groups of ~64 KB
+    assert step_max(tok, small, 1) >= 1 << 20
+    big = b"".join(corpus_texts(40, 100_000))
+    assert 0 < step_max(tok, [big], 2) < 1 << 20              # its parts
+    assert step_max(tok, [big], 1) >= len(big)                # not cut without workers
+    word = b"x" * (5 << 20)                                    # no place to cut it
+    assert step_max(tok, small + [word], 2) >= len(word)
+    assert lib.bpe_batch_step_max(ffi.NULL) == 0
 
 
 @pytest.mark.parametrize("n_threads,n_texts", [(1, 1), (2, 2), (3, 5)])

@@ -161,13 +161,13 @@ def test_batch_while_another_thread_grows_the_cache():
 
 def test_collect_batch_refuses_bad_jobs():
     with pytest.raises(ValueError, match="bad batch job"):
-        _idcache.collect_batch(T._BATCH_NEXT, T._BATCH_POLL, 0, 3)
+        _idcache.collect_batch(T._BATCH_STEP, T._BATCH_POLL, 0, 3)
     with pytest.raises(ValueError, match="bad batch job"):
         _idcache.collect_batch(0, T._BATCH_POLL, 1234, 3)
     with pytest.raises(ValueError, match="bad batch job"):
-        _idcache.collect_batch(T._BATCH_NEXT, 0, 1234, 3)
+        _idcache.collect_batch(T._BATCH_STEP, 0, 1234, 3)
     with pytest.raises(TypeError):
-        _idcache._idlist.collect_batch(T._BATCH_NEXT, T._BATCH_POLL, 1234, 3, (1,))
+        _idcache._idlist.collect_batch(T._BATCH_STEP, T._BATCH_POLL, 1234, 3, (1,))
 
 
 def test_encoders_agree_without_the_helper(monkeypatch):

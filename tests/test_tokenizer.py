@@ -784,6 +784,9 @@ elif what == "encode":
 elif what == "bigbatch":
     text = open(src, encoding="utf-8").read()
     work = lambda: tok.encode_batch([text[:1000], text], num_threads=2)
+elif what == "batch1":
+    docs = open(src, encoding="utf-8").read().split("\n") * 2
+    work = lambda: tok.encode_batch(docs, num_threads=1)
 else:
     docs = open(src, encoding="utf-8").read().split("\n") * 2
     work = lambda: tok.encode_batch(docs, num_threads=2)
@@ -839,12 +842,14 @@ def test_encode_file_ctrl_c_cancels(tmp_path):
     assert "encode big.txt" in err               # the progress bar was drawn
 
 
-@pytest.mark.parametrize("what", ["encode", "batch", "bigbatch"])
+@pytest.mark.parametrize("what", ["encode", "batch", "bigbatch", "batch1"])
 def test_ctrl_c_stops_a_long_encode(tmp_path, what):
-    """SIGINT during one long encode, or an encode_batch of many texts or of one long one
-    (both run on a helper thread from 4 MiB on, the job cancelled inside its texts):
-    KeyboardInterrupt within a fraction of a second, not after the whole text (seconds here;
-    the batch of one long text used to wait for it), and no helper thread left."""
+    """SIGINT during one long encode (run on a helper thread from 4 MiB on, cancelled inside
+    its text), or an encode_batch of many texts on 2 threads or on 1, or of one long one,
+    which is cut into parts (collected by the calling thread, which looks at signals after
+    each group or part it encodes or waits for): KeyboardInterrupt within a fraction of a
+    second, not after the whole text (seconds here; the batch of one long text once waited
+    for all its parts), and no helper thread left."""
     fields, _ = _interrupted(tmp_path, what, 375, 0.3)      # ~150 MB: seconds of work here
     assert fields[0] == "interrupted", fields
     late, helper_alive = fields[2], fields[4]

@@ -331,19 +331,21 @@ static PyObject *ids_lists(PyObject *self, PyObject *args)
 
 /* ---- a whole batch job collected here (bpe_cffi Tokenizer.encode_batch) ----------------- */
 
-/* The C core's bpe_batch_next (csrc/bpe.h), reached through an address the caller got from
- * CFFI: this extension does not link the core. */
+/* The C core's bpe_batch_poll and bpe_batch_step (csrc/bpe.h), reached through addresses
+ * the caller got from CFFI: this extension does not link the core. */
 typedef struct bpe_batch_job bpe_batch_job;
 typedef int (*batch_next_fn)(bpe_batch_job *job, size_t *first, size_t *count,
                              const uint32_t **ids, const size_t **id_ends, size_t *info);
 
-#define BATCH_PENDING (-1)   /* bpe_batch_poll: nothing finished yet (BPE_BATCH_PENDING) */
+#define BATCH_PENDING (-1)   /* nothing finished yet (BPE_BATCH_PENDING) */
 
 /* The job's next finished group: one already finished is taken holding the GIL (poll);
- * else the GIL is let go while next waits for one, encoding meanwhile.  A busy Python thread
- * holds the GIL for up to the switch interval each time it is asked back, so asking once
- * per group made encode_batch(num_threads=1) 8x slower beside such a thread. */
-static int next_group(batch_next_fn poll, batch_next_fn next, bpe_batch_job *job,
+ * else the GIL is let go for one step, which encodes a group meanwhile or waits for one, and
+ * may still find nothing (BATCH_PENDING: the caller looks at signals and asks again).  A
+ * busy Python thread holds the GIL for up to the switch interval each time it is asked
+ * back, so asking once per group made encode_batch(num_threads=1) 8x slower beside such a
+ * thread: without workers a step encodes about 1 MiB. */
+static int next_group(batch_next_fn poll, batch_next_fn step, bpe_batch_job *job,
                       size_t *first, size_t *count, const uint32_t **ids,
                       const size_t **id_ends, size_t *info)
 {
@@ -351,7 +353,7 @@ static int next_group(batch_next_fn poll, batch_next_fn next, bpe_batch_job *job
     if (rc != BATCH_PENDING)
         return rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = next(job, first, count, ids, id_ends, info);
+    rc = step(job, first, count, ids, id_ends, info);
     Py_END_ALLOW_THREADS
     return rc;
 }
@@ -368,14 +370,14 @@ static int check_complete(PyObject *out)
     return 0;
 }
 
-/* collect_batch(next_address, poll_address, job_address, n_texts, cache) -> (lists, 0, 0), or
- * (None, error code, failing text) when the job reports an error: every group of a started
- * job, each list made as soon as its group is done.  A signal (Ctrl-C) is looked at after
- * each group: its exception propagates.  The caller finishes the job, also after an
- * exception. */
+/* collect_batch(step_address, poll_address, job_address, n_texts, cache) -> (lists, 0, 0),
+ * or (None, error code, failing text) when the job reports an error: every group of a
+ * started job, each list made as soon as its group is done.  Signals (Ctrl-C) are looked
+ * at after each group and each step: an exception propagates.  The caller finishes the job,
+ * also after an exception. */
 static PyObject *collect_batch(PyObject *self, PyObject *args)
 {
-    unsigned long long next_address, poll_address, job_address;
+    unsigned long long step_address, poll_address, job_address;
     Py_ssize_t n_texts;
     PyObject *cache, *out;
     int rc;
@@ -383,29 +385,38 @@ static PyObject *collect_batch(PyObject *self, PyObject *args)
     const uint32_t *ids = NULL;
     const size_t *id_ends = NULL;
     (void)self;
-    if (!PyArg_ParseTuple(args, "KKKnO", &next_address, &poll_address, &job_address,
+    if (!PyArg_ParseTuple(args, "KKKnO", &step_address, &poll_address, &job_address,
                           &n_texts, &cache) || check_cache(cache) < 0)
         return NULL;
-    if (next_address == 0 || poll_address == 0 || job_address == 0 || n_texts < 0) {
+    if (step_address == 0 || poll_address == 0 || job_address == 0 || n_texts < 0) {
         PyErr_SetString(PyExc_ValueError, "bad batch job");
         return NULL;
     }
     if ((out = PyList_New(n_texts)) == NULL)
         return NULL;
-    while ((rc = next_group((batch_next_fn)(uintptr_t)poll_address,
-                            (batch_next_fn)(uintptr_t)next_address,
-                            (bpe_batch_job *)(uintptr_t)job_address,
-                            &first, &count, &ids, &id_ends, &info)) == 0 && count > 0) {
-        cached_ints c = cached_now(cache);   /* it may have grown while the GIL was free */
+    for (;;) {
+        cached_ints c;
+        rc = next_group((batch_next_fn)(uintptr_t)poll_address,
+                        (batch_next_fn)(uintptr_t)step_address,
+                        (bpe_batch_job *)(uintptr_t)job_address,
+                        &first, &count, &ids, &id_ends, &info);
+        if (rc == BATCH_PENDING) {
+            if (PyErr_CheckSignals() < 0)   /* Ctrl-C: the caller's finish stops the workers */
+                break;
+            continue;
+        }
+        if (rc != 0 || count == 0)
+            break;
+        c = cached_now(cache);   /* it may have grown while the GIL was free */
         if (first > (size_t)n_texts || count > (size_t)n_texts - first) {
             PyErr_SetString(PyExc_SystemError, "batch group out of range");
             break;
         }
         if (place_lists(out, (Py_ssize_t)first, ids, id_ends, (Py_ssize_t)count, &c) < 0 ||
-            PyErr_CheckSignals() < 0)   /* Ctrl-C: the caller's finish stops the workers */
+            PyErr_CheckSignals() < 0)
             break;
     }
-    if (rc == 0 && count == 0 && check_complete(out) == 0)
+    if (rc == 0 && count == 0 && !PyErr_Occurred() && check_complete(out) == 0)
         return Py_BuildValue("(Nii)", out, 0, 0);
     Py_DECREF(out);
     if (rc == 0 || PyErr_Occurred())
@@ -1053,7 +1064,7 @@ static PyMethodDef methods[] = {
     {"extend_cache", extend_cache, METH_VARARGS,
      "extend_cache(cache, limit): append the pinned ints len(cache) .. limit - 1"},
     {"collect_batch", collect_batch, METH_VARARGS,
-     "collect_batch(next_address, poll_address, job_address, n_texts, cache) -> "
+     "collect_batch(step_address, poll_address, job_address, n_texts, cache) -> "
      "(lists or None, rc, info)"},
     {"u32_ids", u32_ids, METH_O, "u32_ids(list or tuple of ids) -> bytearray of uint32"},
     {"ids_from_le_bytes", ids_from_le_bytes, METH_VARARGS,
