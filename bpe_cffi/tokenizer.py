@@ -1421,7 +1421,9 @@ class Tokenizer(TiktokenMethods):
         return pieces, plans
 
     def _encode_batch_c(self, texts, mode, num_threads) -> list:
-        """encode_batch of a list of str by the C pre-tokenizer and encoder."""
+        """encode_batch of a list of str by the C pre-tokenizer and encoder.  texts is the
+        caller's own list, which nobody else sees (it is untracked by the cycle collector
+        when it holds only strs)."""
         n = len(texts)
         if n <= _FEW_TEXTS and _short_strs(texts):
             return [self._encode_text(t, mode) for t in texts]
@@ -1430,7 +1432,7 @@ class Tokenizer(TiktokenMethods):
         # overlaps the encoding instead of following it.  C reads every str where it lies
         # (its encoders write the UTF-8 of the non-ASCII ones, lone surrogates as U+FFFD like
         # _utf8): texts stays referenced here until the job is finished.
-        units = _idcache.text_units(texts)
+        units = _idcache.text_units(texts, untrack=True)     # texts: our own copy
         if units is not None:
             starts, ends, kinds = units
             joined, starts = ffi.NULL, ffi.from_buffer("uint8_t *[]", starts)

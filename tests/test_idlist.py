@@ -1,5 +1,6 @@
 """The C id-list helper (csrc/pyext/idlist.c via bpe_cffi._idcache) against the plain Python
 paths it replaces: same lists for every id value, empty parts and bad input."""
+import gc
 import random
 import sys
 
@@ -300,6 +301,20 @@ def test_batch_with_surrogates_or_str_subclasses_equals_single_encodes():
         tok.encode_batch(["a", 3])
 
 
+def test_text_units_untracks_only_a_private_list_of_strs():
+    """encode_batch's own copy of its texts is untracked by the cycle collector (strs refer to
+    nothing: no cycle can pass through it), so that a collection during the batch does not
+    read every str; the caller's list is not touched, and without untrack nothing is."""
+    texts = ["a", "b" * 100, "ü"]
+    assert _idcache.text_units(texts) is not None and gc.is_tracked(texts)
+    assert _idcache.text_units(texts, untrack=True) is not None
+    assert not gc.is_tracked(texts)
+    tok = ours("cl100k_base")
+    mine = ["hello world", "more text"] * 3000
+    assert tok.encode_batch(mine, num_threads=2) == [tok.encode(t) for t in mine]
+    assert gc.is_tracked(mine)
+
+
 def test_text_units_locate_each_strs_storage():
     """encode_batch hands C each str where CPython keeps it: its address, its length in
     characters (running ends) and its kind, which must be the C core's BPE_TEXT_* values."""
@@ -325,6 +340,7 @@ def test_text_units_locate_each_strs_storage():
 
     for odd in [["ok", Sub("x")], ["ok", b"bytes"], ["ok", 3]]:
         assert _idcache.text_units(odd) is None
+        assert _idcache.text_units(odd, untrack=True) is None and gc.is_tracked(odd)
     with pytest.raises(TypeError):
         _idcache.text_units(("a", "b"))
     tok = ours("cl100k_base")
