@@ -176,6 +176,31 @@ static void set_list_items(PyObject *out, PyObject **items, Py_ssize_t n)
 }
 #endif
 
+/* Sets items[i] to the cached int of ids[i] from i = 0 on, up to n or the first id beyond
+ * the cache; returns that index.  With pinned ints a store per id, nothing else: the
+ * restrict pointers tell the compiler that the stores change neither the ids nor the
+ * cache, which it then keeps in registers instead of reading them again for every id (one
+ * list of 2M ids: 2.9 -> 2.7 ms, medians of 40).  Stores that bypass the cache (movnti)
+ * were tried: 22% faster for that one list, twice as slow for 29.6K lists of ~70 ids. */
+static Py_ssize_t fill_cached(PyObject **restrict items, const uint32_t *restrict ids,
+                              Py_ssize_t n, const cached_ints *c)
+{
+#if defined(PIN_COUNT)
+    PyObject *const *restrict table = c->items;
+    const Py_ssize_t limit = c->n;
+    Py_ssize_t i;
+    for (i = 0; i < n && (Py_ssize_t)ids[i] < limit; i++)
+        items[i] = table[ids[i]];
+    return i;
+#else
+    (void)items;
+    (void)ids;
+    (void)n;
+    (void)c;
+    return 0;                         /* counted references: id_object does it all */
+#endif
+}
+
 /* A new list of the n ids at ids[0..n), or NULL with an exception. */
 static PyObject *make_list(const uint32_t *ids, Py_ssize_t n, const cached_ints *c)
 {
@@ -189,7 +214,7 @@ static PyObject *make_list(const uint32_t *ids, Py_ssize_t n, const cached_ints 
     }
     if ((items = new_list_items(&out, n)) == NULL)
         return NULL;
-    for (i = 0; i < n; i++)
+    for (i = fill_cached(items, ids, n, &cached); i < n; i++)
         if ((items[i] = id_object(&cached, ids[i])) == NULL)
             break;
     set_list_items(out, items, i);
