@@ -719,19 +719,6 @@ size_t bpe_batch_size(const bpe_batch_job *job)
     return job != NULL ? job->total_size : 0;
 }
 
-size_t bpe_batch_step_max(const bpe_batch_job *job)
-{
-    size_t i, largest = 0;
-    if (job == NULL)
-        return 0;
-    for (i = 0; i < job->n_groups; i++) {   /* fields set before any worker started */
-        size_t size = job->groups[i].is_join ? 0 : group_size(job, &job->groups[i]);
-        if (size > largest)
-            largest = size;
-    }
-    return largest + (job->n_workers > 0 ? 0 : SOLO_BYTES);
-}
-
 void bpe_batch_finish(bpe_batch_job *job)
 {
     size_t i;

@@ -272,12 +272,11 @@ int bpe_batch_poll(bpe_batch_job *job, size_t *first, size_t *count, const uint3
                    const size_t **id_ends, size_t *info);
 
 /* One step of bpe_batch_next: a finished group, the error or the end as bpe_batch_next
- * would return them, else, after encoding one group of the job's (or, with no worker
- * thread, up to SOLO_BYTES of groups, see bpe_batch_step_max) or waiting for one to be
- * published, what is ready then, or BPE_BATCH_PENDING (*count 0).  A caller that looks for
- * signals between calls (Python's, for Ctrl-C) sees one within a step: bpe_batch_next
- * itself returns only with a group for the caller, which the parts of a cut text, encoded
- * one after another, are not. */
+ * would return them, else, after encoding one group of the job's (with no worker thread,
+ * up to about 1 MiB of groups) or waiting for one to be published, what is ready then, or
+ * BPE_BATCH_PENDING (*count 0).  A caller that looks for signals between calls (Python's,
+ * for Ctrl-C) sees one within a step: bpe_batch_next itself returns only with a group for
+ * the caller, which the parts of a cut text, encoded one after another, are not. */
 int bpe_batch_step(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
                    const size_t **id_ends, size_t *info);
 
@@ -289,13 +288,6 @@ void bpe_batch_cancel(bpe_batch_job *job);
 
 /* The size of a started job's texts: the sum of their code units times their width. */
 size_t bpe_batch_size(const bpe_batch_job *job);
-
-/* The most a started job's caller may encode within one bpe_batch_next, in the units of
- * bpe_batch_size: its largest group (a cut text's largest part, or a text left whole), plus,
- * when the job has no worker thread, the SOLO_BYTES (1 MiB) a caller encodes between looks.
- * A caller that looks for signals between groups (Python's, for Ctrl-C) sees one within the
- * time to encode that much. */
-size_t bpe_batch_step_max(const bpe_batch_job *job);
 
 /* Encodes the file in_path into the open file descriptor out_fd (written from its current
  * position, never closed here) as a flat array of little-endian token ids of id_width bytes

@@ -1238,43 +1238,13 @@ def test_job_batch_stepped_gives_every_text(n_threads):
 def test_job_batch_steps_return_inside_a_cut_text():
     """A text cut into parts comes back whole once its last part is encoded; meanwhile each
     bpe_batch_step returns (BPE_BATCH_PENDING) after one part, so that a caller looking for
-    Ctrl-C between steps is not kept in C for the whole text (bpe_batch_next is), and
-    bpe_batch_step_max bounds such a step: the largest part."""
+    Ctrl-C between steps is not kept in C for the whole text (bpe_batch_next is)."""
     tok, _ = native_tokenizer("gpt2")
     big = b"".join(corpus_texts(40, 100_000))                 # ~4 MB: 8 parts or so
     steps = []
     lists, rc, _ = job_batch(tok, [big], n_threads=2, steps=steps)
     assert rc == lib.BPE_OK and lists == [tok.encode(big)]
     assert steps[0] >= 2, steps                # the caller came back between its parts
-
-
-def step_max(tok, texts, n_threads):
-    """bpe_batch_step_max of a job of these texts (started, then finished unread)."""
-    data = b"".join(texts)
-    ends = ffi.new("size_t[]", [sum(map(len, texts[:i + 1])) for i in range(len(texts))])
-    job_p = ffi.new("bpe_batch_job **")
-    assert lib.bpe_batch_start(tok.ptr, len(texts), data, ffi.NULL, ends, ffi.NULL,
-                               ffi.NULL, n_threads, job_p) == lib.BPE_OK
-    try:
-        return lib.bpe_batch_step_max(job_p[0])
-    finally:
-        lib.bpe_batch_finish(job_p[0])
-
-
-def test_job_batch_step_max():
-    """The most text one step can encode: the largest group or part, and without a worker
-    thread 1 MiB more; a text no cut can split counts whole (encode_batch then collects on
-    a helper thread from 4 MiB on, so that Ctrl-C is not kept waiting)."""
-    tok, _ = native_tokenizer("gpt2")
-    small = corpus_texts(300, 3000)
-    assert step_max(tok, small, 2) < 200_000                  # groups of ~64 KB
-    assert step_max(tok, small, 1) >= 1 << 20
-    big = b"".join(corpus_texts(40, 100_000))
-    assert 0 < step_max(tok, [big], 2) < 1 << 20              # its parts
-    assert step_max(tok, [big], 1) >= len(big)                # not cut without workers
-    word = b"x" * (5 << 20)                                    # no place to cut it
-    assert step_max(tok, small + [word], 2) >= len(word)
-    assert lib.bpe_batch_step_max(ffi.NULL) == 0
 
 
 @pytest.mark.parametrize("n_threads,n_texts", [(1, 1), (2, 2), (3, 5)])

@@ -844,12 +844,11 @@ def test_encode_file_ctrl_c_cancels(tmp_path):
 
 @pytest.mark.parametrize("what", ["encode", "batch", "bigbatch", "batch1"])
 def test_ctrl_c_stops_a_long_encode(tmp_path, what):
-    """SIGINT during one long encode (run on a helper thread from 4 MiB on, cancelled inside
-    its text), or an encode_batch of many texts on 2 threads or on 1, or of one long one,
-    which is cut into parts (collected by the calling thread, which looks at signals after
-    each group or part it encodes or waits for): KeyboardInterrupt within a fraction of a
-    second, not after the whole text (seconds here; the batch of one long text once waited
-    for all its parts), and no helper thread left."""
+    """SIGINT during one long encode, or an encode_batch of many texts on 2 threads or on 1,
+    or of one long one, which is cut into parts (all run on a helper thread from 4 MiB on,
+    the job cancelled inside its texts): KeyboardInterrupt within a fraction of a second,
+    not after the whole text (seconds here; the batch of one long text once waited for all
+    its parts), and no helper thread left."""
     fields, _ = _interrupted(tmp_path, what, 375, 0.3)      # ~150 MB: seconds of work here
     assert fields[0] == "interrupted", fields
     late, helper_alive = fields[2], fields[4]
