@@ -179,6 +179,9 @@ def test_encoders_agree_without_the_helper(monkeypatch):
     monkeypatch.setattr(_idcache, "FAST", False)
     assert [tok.encode(t) for t in texts] == fast_single
     assert tok.encode_batch(texts, num_threads=2) == fast_batch == fast_single
+    # a text cut into parts: the Python loop gets BPE_BATCH_PENDING steps before it
+    big = ["short one", "Some words, and more words. " * 60_000]
+    assert tok.encode_batch(big, num_threads=2) == [tok.encode(t) for t in big]
 
 
 def test_decode_reads_ids_alike_without_the_helper(monkeypatch):
