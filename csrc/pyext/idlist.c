@@ -1030,7 +1030,8 @@ static char str_kind(PyObject *s)
 #endif
 
 /* Fills starts, kinds and the running ends of the n items of texts; 0 when an item is not
- * an exact, ready str (nothing else is checked or set then). */
+ * an exact, ready str or the total length would pass PY_SSIZE_T_MAX (one str many times
+ * over can): running_ends' checks, in the one pass text_units makes. */
 static int fill_units(PyObject *texts, Py_ssize_t n, const void **starts, size_t *ends,
                       char *kinds)
 {
@@ -1041,9 +1042,9 @@ static int fill_units(PyObject *texts, Py_ssize_t n, const void **starts, size_t
         Py_ssize_t len;
         if (k + PREFETCH_AHEAD < n)
             PREFETCH(items[k + PREFETCH_AHEAD]);
-        if ((len = str_units(t)) < 0)
+        if ((len = str_units(t)) < 0 || total > PY_SSIZE_T_MAX - len)
             return 0;
-        total += len;     /* cannot overflow: the strs are all in memory */
+        total += len;
         ends[k] = (size_t)total;
         starts[k] = PyUnicode_DATA(t);
         kinds[k] = str_kind(t);
