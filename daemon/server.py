@@ -1455,7 +1455,7 @@ class Server:
         lim = self.limits
         fe, be = self.frontend, self.backend
         idle = collections.deque()            # worker routing ids ready for a job
-        busy = {}            # worker routing id -> ([t0], [(identity, flag, payload)])
+        busy = {}            # worker routing id -> its pending entries (below) in hand
         pending = collections.deque()         # (identity, flag, payload, t0)
         self._queued_bytes = 0
         inflight = self._inflight = {}
@@ -1505,7 +1505,7 @@ class Server:
                         job = busy.pop(wid, None)
                         if job is not None:
                             now_pc = time.perf_counter()
-                            stats.latencies.extend(now_pc - t0 for t0 in job[0])
+                            stats.latencies.extend(now_pc - t0 for *_, t0 in job)
                         idle.append(wid)
                         for i in range(2, len(frames) - 2, 3):
                             self._send(frames[i].bytes, frames[i + 1].bytes, frames[i + 2])
@@ -1573,16 +1573,14 @@ class Server:
             k = min(self.MAX_JOBS_PER_HANDOFF, -(-len(pending) // len(idle)))
             wid = idle.popleft()
             frames = [wid]
-            t0s, jobs = [], []
+            jobs = busy[wid] = []
             size = 0
-            while pending and len(t0s) < k and (not t0s or size < self.MAX_BYTES_PER_HANDOFF):
-                ident, flag, payload, t0 = pending.popleft()
+            while pending and len(jobs) < k and (not jobs or size < self.MAX_BYTES_PER_HANDOFF):
+                jobs.append(pending.popleft())
+                ident, flag, payload, _t0 = jobs[-1]
                 self._queued_bytes -= len(payload)
                 size += len(payload)
                 frames += (ident, flag, payload)
-                t0s.append(t0)
-                jobs.append((ident, flag, payload))
-            busy[wid] = (t0s, jobs)
             _send_parts(be, frames)
 
     def _read_frontend(self, pending):
@@ -1710,7 +1708,7 @@ class Server:
             waiting.discard(wid)
             be.send_multipart([wid, b"", _STOP, b""])
         for wid in waiting:
-            for ident, flag, payload in busy[wid][1]:
+            for ident, flag, payload, _t0 in busy[wid]:
                 self._abandoned(ident, flag, payload)
         for t in self._threads:
             t.join(timeout=max(0.0, end - time.monotonic()))
