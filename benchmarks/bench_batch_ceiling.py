@@ -90,7 +90,7 @@ class Parts:
         return self.idcache.ids_lists(self.ids_at, self.id_ends_at, len(self.docs))
 
     def units(self):
-        return self.idcache.text_units(list(self.docs))
+        return self.idcache.text_units(self.docs)     # copies the list as encode_batch does
 
     def single(self):
         return self.tok.encode_ordinary(self.text)

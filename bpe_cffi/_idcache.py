@@ -80,13 +80,14 @@ def ascii_address(text) -> int:
     return _idlist.ascii_address(text) if FAST else 0
 
 
-def text_units(texts: list, untrack: bool = False):
-    """(starts, ends, kinds) locating the characters of each str of texts where CPython keeps
-    them, for bpe_batch_start (see text_units in idlist.c), or None for an item that is not
-    exactly a str, or without the helper.  Valid while the caller holds texts.  untrack: texts
-    is the caller's own list, which nothing else sees or adds to; when it holds only strs it
-    is untracked by the cycle collector (it can be in no cycle)."""
-    return _idlist.text_units(texts, untrack) if FAST else None
+def text_units(texts: list, own: bool = False):
+    """(held, starts, ends, kinds) locating the characters of each str of texts where CPython
+    keeps them, for bpe_batch_start (see text_units in idlist.c), or None for an item that is
+    not exactly a str, or without the helper.  held is the list to hold while C reads them:
+    texts itself when own is true (the caller's own list, which nothing else sees or changes),
+    else a copy of it made in the same pass.  held is untracked by the cycle collector (strs
+    refer to nothing: it can be in no cycle)."""
+    return _idlist.text_units(texts, own) if FAST else None
 
 
 def join_utf8(texts: list):

@@ -1358,7 +1358,9 @@ class Tokenizer(TiktokenMethods):
         batch of a few large texts, or of one, uses them all too."""
         if isinstance(texts, str):
             raise TypeError("encode_batch takes a list of str, not a str")
-        texts = list(texts)
+        own = type(texts) is not list
+        if own:
+            texts = list(texts)       # else the C path copies the list as it reads it
         num_threads = _c_threads(num_threads)
         mode = self._mode_for(allowed_special, disallowed_special)
         n = len(texts)
@@ -1369,7 +1371,7 @@ class Tokenizer(TiktokenMethods):
                 return self._encode_batch_added(texts, mode, num_threads)
             with _naming_bad_text(texts):
                 return [self._encode_py(_utf8(t), mode) for t in texts]
-        return self._encode_batch_c(texts, mode, num_threads)
+        return self._encode_batch_c(texts, mode, num_threads, own)
 
     def _c_between_tokens(self) -> bool:
         """Whether C alone encodes the text between added tokens (a built-in pattern, no
@@ -1382,7 +1384,7 @@ class Tokenizer(TiktokenMethods):
         allowed, disallowed = self._mode_sets(mode)
         with _naming_bad_text(texts):
             pieces, plans = self._plan_added(texts, allowed, disallowed)
-        lists = self._encode_batch_c(pieces, ffi.NULL, num_threads) if pieces else []
+        lists = self._encode_batch_c(pieces, ffi.NULL, num_threads, True) if pieces else []
         out = []
         for plan in plans:
             if len(plan) == 1 and plan[0] < 0:
@@ -1419,10 +1421,10 @@ class Tokenizer(TiktokenMethods):
             plans.append(plan)
         return pieces, plans
 
-    def _encode_batch_c(self, texts, mode, num_threads) -> list:
-        """encode_batch of a list of str by the C pre-tokenizer and encoder.  texts is the
-        caller's own list, which nobody else sees (it is untracked by the cycle collector
-        when it holds only strs)."""
+    def _encode_batch_c(self, texts, mode, num_threads, own) -> list:
+        """encode_batch of a list of str by the C pre-tokenizer and encoder.  own: texts is a
+        list of our own, which nobody else sees or changes; else it is the caller's, which
+        another thread may change meanwhile, and C reads a copy."""
         n = len(texts)
         if n <= _FEW_TEXTS and _short_strs(texts):
             return [self._encode_text(t, mode) for t in texts]
@@ -1430,15 +1432,19 @@ class Tokenizer(TiktokenMethods):
         # already done into lists (bpe_batch_step), so the int-making, which needs the GIL,
         # overlaps the encoding instead of following it.  C reads every str where it lies
         # (its encoders write the UTF-8 of the non-ASCII ones, lone surrogates as U+FFFD like
-        # _utf8): texts stays referenced here until the job is finished.
-        units = _idcache.text_units(texts, untrack=True)     # texts: our own copy
+        # _utf8): the strs stay referenced by `texts` (now our own) until the job is finished.
+        units = _idcache.text_units(texts, own)
         if units is not None:
-            starts, ends, kinds = units
+            texts, starts, ends, kinds = units
             joined, starts = ffi.NULL, ffi.from_buffer("uint8_t *[]", starts)
             ends, kinds = ffi.from_buffer("size_t[]", ends), ffi.from_buffer("uint8_t[]", kinds)
         else:                            # not all exact strs, or no helper extension
+            texts = texts if own else list(texts)
             joined, ends = _join_utf8_py(texts)
             starts = kinds = ffi.NULL
+        n = len(texts)                   # the caller's list may have changed since
+        if n == 0:
+            return []
         job_p = ffi.new("bpe_batch_job **")     # NULL until the job is started
         ptr = self._handle()      # held until the job is finished (see close)
         try:

@@ -304,18 +304,27 @@ def test_batch_with_surrogates_or_str_subclasses_equals_single_encodes():
         tok.encode_batch(["a", 3])
 
 
-def test_text_units_untracks_only_a_private_list_of_strs():
-    """encode_batch's own copy of its texts is untracked by the cycle collector (strs refer to
+def test_text_units_hold_a_private_untracked_list_of_strs():
+    """encode_batch holds the strs C reads in a list of its own: the caller's list is copied
+    in the same pass (its items, same objects, each holding a reference), or with own=True
+    taken as it is; that list, all strs, is untracked by the cycle collector (strs refer to
     nothing: no cycle can pass through it), so that a collection during the batch does not
-    read every str; the caller's list is not touched, and without untrack nothing is."""
-    texts = ["a", "b" * 100, "ü"]
-    assert _idcache.text_units(texts) is not None and gc.is_tracked(texts)
-    assert _idcache.text_units(texts, untrack=True) is not None
-    assert not gc.is_tracked(texts)
+    read every str.  The caller's list is neither untracked nor changed."""
+    texts = ["a", "b" * 100, "ü" + "z" * 50]
+    before = [sys.getrefcount(t) for t in texts]
+    held = _idcache.text_units(texts)[0]
+    assert held is not texts and held == texts and gc.is_tracked(texts)
+    assert all(h is t for h, t in zip(held, texts)) and not gc.is_tracked(held)
+    assert [sys.getrefcount(t) for t in texts] == [b + 1 for b in before]
+    texts.clear()                   # another thread could: the copy still holds the strs
+    assert held == ["a", "b" * 100, "ü" + "z" * 50]
+    del held
+    mine = ["x", "y"]
+    assert _idcache.text_units(mine, own=True)[0] is mine and not gc.is_tracked(mine)
     tok = ours("cl100k_base")
-    mine = ["hello world", "more text"] * 3000
-    assert tok.encode_batch(mine, num_threads=2) == [tok.encode(t) for t in mine]
-    assert gc.is_tracked(mine)
+    theirs = ["hello world", "more text"] * 3000
+    assert tok.encode_batch(theirs, num_threads=2) == [tok.encode(t) for t in theirs]
+    assert gc.is_tracked(theirs)
 
 
 def test_text_units_locate_each_strs_storage():
@@ -325,7 +334,8 @@ def test_text_units_locate_each_strs_storage():
     texts = ["", "ascii", "café ÿ", "漢字 and ascii", "a\ud800", "🎉x", "x" * 5000]
     kinds_wanted = [lib.BPE_TEXT_UTF8, lib.BPE_TEXT_UTF8, lib.BPE_TEXT_LATIN1,
                     lib.BPE_TEXT_UCS2, lib.BPE_TEXT_UCS2, lib.BPE_TEXT_UCS4, lib.BPE_TEXT_UTF8]
-    starts, ends, kinds = _idcache.text_units(texts)
+    held, starts, ends, kinds = _idcache.text_units(texts)
+    assert held == texts
     where = ffi.from_buffer("uint8_t *[]", starts)
     assert list(ffi.from_buffer("size_t[]", ends)) == \
         [sum(map(len, texts[:k + 1])) for k in range(len(texts))]
@@ -343,7 +353,7 @@ def test_text_units_locate_each_strs_storage():
 
     for odd in [["ok", Sub("x")], ["ok", b"bytes"], ["ok", 3]]:
         assert _idcache.text_units(odd) is None
-        assert _idcache.text_units(odd, untrack=True) is None and gc.is_tracked(odd)
+        assert _idcache.text_units(odd, own=True) is None and gc.is_tracked(odd)
     with pytest.raises(TypeError):
         _idcache.text_units(("a", "b"))
     tok = ours("cl100k_base")

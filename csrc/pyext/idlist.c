@@ -1029,11 +1029,15 @@ static char str_kind(PyObject *s)
 #define PREFETCH(p) ((void)(p))
 #endif
 
-/* Fills starts, kinds and the running ends of the n items of texts; 0 when an item is not
- * an exact, ready str or the total length would pass PY_SSIZE_T_MAX (one str many times
- * over can): running_ends' checks, in the one pass text_units makes. */
-static int fill_units(PyObject *texts, Py_ssize_t n, const void **starts, size_t *ends,
-                      char *kinds)
+/* Fills starts, kinds and the running ends of the n items of texts, and, when copy is not
+ * NULL, copy[k] with a new reference to item k; 0 when an item is not an exact, ready str or
+ * the total length would pass PY_SSIZE_T_MAX (one str many times over can): running_ends'
+ * checks, in the one pass text_units makes.  The copy's references are taken in the same
+ * pass because each is a write to a str that pass reads anyway: a list(texts) before it
+ * met every str out of the cache a second time (29.6K documents of 8 MB of English: list()
+ * 0.5-1.2 ms and text_units 0.5-0.8 ms in the yardstick's process). */
+static int fill_units(PyObject *texts, Py_ssize_t n, PyObject **copy, const void **starts,
+                      size_t *ends, char *kinds)
 {
     PyObject *const *items = ((PyListObject *)texts)->ob_item;
     Py_ssize_t k, total = 0;
@@ -1044,6 +1048,10 @@ static int fill_units(PyObject *texts, Py_ssize_t n, const void **starts, size_t
             PREFETCH(items[k + PREFETCH_AHEAD]);
         if ((len = str_units(t)) < 0 || total > PY_SSIZE_T_MAX - len)
             return 0;
+        if (copy != NULL) {
+            Py_INCREF(t);
+            copy[k] = t;
+        }
         total += len;
         ends[k] = (size_t)total;
         starts[k] = PyUnicode_DATA(t);
@@ -1052,45 +1060,51 @@ static int fill_units(PyObject *texts, Py_ssize_t n, const void **starts, size_t
     return 1;
 }
 
-/* text_units(texts, untrack) -> (starts, ends, kinds) or None: where each str of the list
+/* text_units(texts, own) -> (held, starts, ends, kinds) or None: where each str of the list
  * texts keeps its characters, for bpe_batch_start to read them in place (its encoders write
- * the UTF-8 of the non-ASCII ones, in parallel).  starts: a bytes object of len(texts)
+ * the UTF-8 of the non-ASCII ones, in parallel).  held: the list of the strs that the
+ * caller must hold while C reads them: texts itself when own is true (a list nothing else
+ * sees or changes), else a copy made in the same pass (the caller's list may be changed by
+ * another thread while C reads without the GIL).  starts: a bytes object of len(held)
  * addresses; ends: the running total of the texts' lengths in characters (size_t values);
- * kinds: one str_kind byte per text.  None when an item is not exactly a str.  Nothing is
- * copied: valid while the caller holds texts.  One pass over the strs (the list cannot
- * change meanwhile: the GIL is held throughout).
- * With untrack true (encode_batch's own copy of its texts, which nothing else sees or adds
- * to), texts is also untracked by the cycle collector once it is known to hold only strs,
- * which refer to nothing, so it cannot be in a cycle (CPython untracks tuples of such items
- * the same way): a collection during the batch then skips its 29.6K-odd strs, each a cache
- * miss (1.6-4 ms of a 50 ms call in the yardstick, against 0.5-1.4 ms without them). */
+ * kinds: one str_kind byte per text.  None when an item is not exactly a str.  One pass over
+ * the strs (the list cannot change meanwhile: the GIL is held throughout).
+ * held is untracked by the cycle collector: it holds only strs, which refer to nothing, so
+ * it cannot be in a cycle (CPython untracks tuples of such items the same way), and a
+ * collection during the batch then skips its 29.6K-odd strs, each a cache miss (1.6-4 ms of
+ * a 50 ms call in the yardstick, against 0.5-1.4 ms without them).  A list of texts that
+ * is not all strs is left as it was. */
 static PyObject *text_units(PyObject *self, PyObject *args)
 {
     Py_ssize_t n;
-    PyObject *texts, *starts_obj, *ends_obj, *kinds_obj, *result = NULL;
-    int untrack;
+    PyObject *texts, *held, *starts_obj, *ends_obj, *kinds_obj, *result = NULL;
+    int own;
     (void)self;
-    if (!PyArg_ParseTuple(args, "Op", &texts, &untrack))
+    if (!PyArg_ParseTuple(args, "Op", &texts, &own))
         return NULL;
     if (!PyList_CheckExact(texts)) {
         PyErr_SetString(PyExc_TypeError, "texts must be a list");
         return NULL;
     }
     n = PyList_GET_SIZE(texts);
+    if (own)
+        Py_INCREF(texts);
+    held = own ? texts : PyList_New(n);     /* a copy's items: NULL until set */
     starts_obj = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(void *));
     ends_obj = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(size_t));
     kinds_obj = PyBytes_FromStringAndSize(NULL, n);
-    if (starts_obj != NULL && ends_obj != NULL && kinds_obj != NULL) {
-        if (fill_units(texts, n, (const void **)PyBytes_AS_STRING(starts_obj),
+    if (held != NULL && starts_obj != NULL && ends_obj != NULL && kinds_obj != NULL) {
+        if (fill_units(texts, n, own ? NULL : ((PyListObject *)held)->ob_item,
+                       (const void **)PyBytes_AS_STRING(starts_obj),
                        (size_t *)PyBytes_AS_STRING(ends_obj), PyBytes_AS_STRING(kinds_obj))) {
-            result = PyTuple_Pack(3, starts_obj, ends_obj, kinds_obj);
-            if (result != NULL && untrack)
-                PyObject_GC_UnTrack(texts);
+            PyObject_GC_UnTrack(held);
+            result = PyTuple_Pack(4, held, starts_obj, ends_obj, kinds_obj);
         } else {
             Py_INCREF(Py_None);
             result = Py_None;
         }
     }
+    Py_XDECREF(held);
     Py_XDECREF(starts_obj);
     Py_XDECREF(ends_obj);
     Py_XDECREF(kinds_obj);
