@@ -2,6 +2,8 @@
 and one at the end."""
 import io
 
+import pytest
+
 from bpe_cffi.progress import Bar
 
 
@@ -176,6 +178,7 @@ def test_run_cancellable_runs_the_call_here_when_no_thread_starts(monkeypatch):
         raise RuntimeError("can't start new thread")
 
     monkeypatch.setattr(threading.Thread, "start", refuse)
+    monkeypatch.setattr(progress, "_KEPT", None)      # so that one must start
     prog = ffi.new("bpe_progress *")
     assert progress.run_cancellable(lambda: threading.current_thread().name, prog) == \
         threading.current_thread().name
@@ -193,3 +196,58 @@ def test_a_phase_over_before_its_first_draw_shows_no_rate(monkeypatch):
     line = out.getvalue()
     assert "144/144 merges" in line and "/s" not in line and "ETA" not in line, line
 
+
+
+def test_run_cancellable_keeps_one_thread_for_its_calls():
+    """Calls one after another run on the same kept thread (no thread started per call), each
+    result or exception comes back to its caller, and none is left running after; a call
+    made while that thread is busy (here: from inside a call) runs on a thread of its own
+    instead of waiting for it."""
+    import threading
+    from bpe_cffi import progress
+    from bpe_cffi._native import ffi
+    prog = ffi.new("bpe_progress *")
+    here = threading.get_ident()
+    first = progress.run_cancellable(threading.get_ident, prog)
+    assert first != here
+    assert [progress.run_cancellable(threading.get_ident, prog) for _ in range(5)] == [first] * 5
+
+    def fails():
+        raise ValueError("from the call")
+
+    with pytest.raises(ValueError, match="from the call"):
+        progress.run_cancellable(fails, prog)
+    inner = progress.run_cancellable(
+        lambda: (threading.get_ident(), progress.run_cancellable(threading.get_ident, prog)),
+        prog)
+    assert inner[0] == first and inner[1] not in (first, here)
+    assert progress.run_cancellable(threading.get_ident, prog) == first
+    assert progress.calls_running() == 0
+
+
+def test_run_cancellable_in_a_forked_child():
+    """A child forked after the kept thread started (it does not exist in the child) runs
+    its calls on a kept thread of its own."""
+    import os
+    import threading
+    from bpe_cffi import progress
+    from bpe_cffi._native import ffi
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork on this platform")
+    prog = ffi.new("bpe_progress *")
+    parent_thread = progress.run_cancellable(threading.get_ident, prog)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                 # the child: report, then leave at once
+        try:
+            got = [progress.run_cancellable(lambda: 6 * 7, prog) for _ in range(2)]
+            ok = got == [42, 42] and progress.calls_running() == 0
+            os.write(write, b"ok" if ok else repr(got).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        said = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert said == b"ok" and status == 0, said
+    assert progress.run_cancellable(threading.get_ident, prog) == parent_thread
