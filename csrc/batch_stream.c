@@ -26,8 +26,9 @@
  * before any thread starts.
  * Groups are claimed in increasing order from one atomic counter (next_claim), by workers
  * and by the caller alike.  bpe_batch_start claims each worker's work slot before starting
- * its thread, so that a slot whose word cache is still empty can start as a copy of the
- * caller's (bpe_work_seed) while no thread uses either.
+ * its thread; a slot whose word cache is still empty starts as a copy of the caller's, made
+ * by the worker first thing, while the caller already encodes with its own cache held
+ * (bpe_work_seed_begin/_end: looked up, not added to, until every copy is made).
  * An encoder works into output buffers of its own (an outbuf) and then publishes them into
  * the group; `finished` lists the groups in the order they were published, and the caller
  * returns them from it.  Once the caller is done with a group, its outbuf goes to the job's
@@ -139,11 +140,12 @@ struct bpe_batch_job {
     int n_spares;
 };
 
-/* A worker thread and its work slot, claimed (and seeded) by bpe_batch_start before the
- * thread starts. */
+/* A worker thread and its work slot, claimed by bpe_batch_start before the thread starts. */
 typedef struct worker {
     pthread_t thread;
     bpe_work work;
+    int seed;            /* 1: its work slot is to start as a copy of the caller's, made first
+                            thing on its thread (bpe_work_seed_begin holds the caller's) */
     bpe_bytes scratch;   /* its UTF-8 of a text stored otherwise */
     bpe_batch_job *job;
 } worker;
@@ -352,6 +354,8 @@ static void *worker_main(void *p)
 {
     worker *me = p;
     group *g;
+    if (me->seed)
+        bpe_work_seed_end(&me->work, &me->job->caller_work, 1);
     while ((g = claim(me->job)) != NULL)
         encode_group(me->job, &me->work, &me->scratch, g);
     return NULL;
@@ -493,8 +497,10 @@ static void start_workers(bpe_batch_job *job, int n_threads, size_t total_bytes)
         w->job = job;
         memset(&w->scratch, 0, sizeof w->scratch);
         bpe_work_open(job->tok, &w->work);
-        bpe_work_seed(&w->work, &job->caller_work);
+        w->seed = bpe_work_seed_begin(&w->work, &job->caller_work);
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            if (w->seed)
+                bpe_work_seed_end(&w->work, &job->caller_work, 0);
             bpe_work_close(&w->work);
             break;
         }

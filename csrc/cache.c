@@ -22,7 +22,10 @@
  * worker slot whose cache is empty starts as a copy of the caller's (bpe_cache_copy): the
  * first multi-threaded call after single-threaded ones then finds its words already merged
  * on every thread, not on one (the first 2-thread encode_batch of 8 MB of English after three
- * single calls took 12-21% longer than the later ones without the copy, 0-1% with it).
+ * single calls took 12-21% longer than the later ones without the copy, 0-1% with it).  The
+ * worker makes the copy on its own thread while the caller encodes: the caller's cache is
+ * held meanwhile (bpe_cache_hold), looked up but not added to.  Made by the caller before
+ * starting the worker, the copy (megabytes of new memory) kept both threads waiting ~1 ms.
  *
  * Table: open addressing with linear probing, load factor <= 1/2, no deletions (only full
  * resets).  A table slot holds the full 64-bit hash, the key length and id count, and the
@@ -87,13 +90,29 @@ static void reset(bpe_cache *c)
     c->arena_used = 0;
 }
 
+int bpe_cache_can_copy(const bpe_cache *dst, const bpe_cache *src)
+{
+    return dst->count == 0 && src->count != 0 && dst->capacity == src->capacity;
+}
+
+void bpe_cache_hold(bpe_cache *c)
+{
+    __atomic_add_fetch(&c->copiers, 1, __ATOMIC_RELAXED);
+}
+
+/* Release order: the copier's reads of c happen before a put that sees no hold. */
+void bpe_cache_release(bpe_cache *c)
+{
+    __atomic_sub_fetch(&c->copiers, 1, __ATOMIC_RELEASE);
+}
+
 int bpe_cache_copy(bpe_cache *dst, const bpe_cache *src)
 {
     size_t slots = src->mask + 1;
     size_t arena_cap = src->arena_used > START_ARENA ? src->arena_used : START_ARENA;
     bpe_cache_slot *tab;
     uint8_t *arena;
-    if (dst->count != 0 || src->count == 0 || dst->capacity != src->capacity)
+    if (!bpe_cache_can_copy(dst, src))
         return 0;
     tab = malloc(slots * sizeof *tab);
     arena = malloc(arena_cap);
@@ -163,7 +182,7 @@ void bpe_cache_put(bpe_cache *c, const uint8_t *key, size_t n, uint64_t h,
                    const uint32_t *ids, size_t n_ids)
 {
     size_t need = (4 * n_ids + n + 3) & ~(size_t)3, i;
-    if (n >= BPE_CACHE_MAX_PIECE || n_ids > n)
+    if (n >= BPE_CACHE_MAX_PIECE || n_ids > n || __atomic_load_n(&c->copiers, __ATOMIC_ACQUIRE))
         return;
     if (c->count + 1 > c->capacity)
         reset(c);

@@ -71,6 +71,9 @@ struct bpe_cache {
     size_t arena_used;    /* bytes of arena in use */
     size_t arena_cap;     /* bytes allocated */
     size_t arena_max;     /* arena never grows past this */
+    int copiers;          /* other threads copying this cache now (atomic): while nonzero,
+                             bpe_cache_put adds nothing, so the owner can still look entries
+                             up but changes nothing the copiers read */
 };
 
 typedef struct bpe_cache bpe_cache;
@@ -100,8 +103,17 @@ bpe_cache *bpe_cache_new(size_t capacity);
 void bpe_cache_free(bpe_cache *c);   /* NULL is fine */
 
 /* Makes the empty cache dst a copy of src (same capacity): 1 if copied, 0 if dst was not empty,
- * src was, or memory ran out (dst then stays as it was).  Nothing may use either meanwhile. */
+ * src was, or memory ran out (dst then stays as it was).  Nothing may use dst meanwhile, nor
+ * put to src unless a hold on src (bpe_cache_hold) stops that. */
 int bpe_cache_copy(bpe_cache *dst, const bpe_cache *src);
+
+/* 1 when dst is empty and could start as a copy of src (bpe_cache_copy). */
+int bpe_cache_can_copy(const bpe_cache *dst, const bpe_cache *src);
+
+/* A hold on c for a thread about to copy it: bpe_cache_put on c adds nothing until every
+ * hold is released (bpe_cache_release, by the copying thread once its copy is made). */
+void bpe_cache_hold(bpe_cache *c);
+void bpe_cache_release(bpe_cache *c);
 
 /* The ids cached for key[0..n) (hash h = bpe_hash_bytes(key, n)) or NULL; *n_ids set on a
  * hit.  The pointer is valid until the next bpe_cache_put on this cache. */

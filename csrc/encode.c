@@ -51,10 +51,20 @@ void bpe_work_open(const bpe_tokenizer *tok, bpe_work *w)
         w->slot = &w->own;
 }
 
-void bpe_work_seed(bpe_work *w, const bpe_work *from)
+int bpe_work_seed_begin(bpe_work *w, const bpe_work *from)
 {
-    if (w->slot->cache != NULL && from->slot->cache != NULL)
+    bpe_cache *dst = w->slot->cache, *src = from->slot->cache;
+    if (dst == NULL || src == NULL || !bpe_cache_can_copy(dst, src))
+        return 0;
+    bpe_cache_hold(src);
+    return 1;
+}
+
+void bpe_work_seed_end(bpe_work *w, const bpe_work *from, int copy)
+{
+    if (copy)
         bpe_cache_copy(w->slot->cache, from->slot->cache);
+    bpe_cache_release(from->slot->cache);
 }
 
 void bpe_work_close(bpe_work *w)

@@ -20,9 +20,13 @@ typedef struct bpe_work {
 void bpe_work_open(const bpe_tokenizer *tok, bpe_work *w);
 void bpe_work_close(bpe_work *w);
 
-/* Gives w's word cache, when it is empty, a copy of from's (a new slot starts warm).  Nothing
- * may use either meanwhile. */
-void bpe_work_seed(bpe_work *w, const bpe_work *from);
+/* Seeding w's word cache, when it is empty, with a copy of from's (a new slot starts warm),
+ * on another thread than from's user.  bpe_work_seed_begin: 1 when w wants the copy, and
+ * from's cache is then held (its user may go on encoding with it: it looks words up but adds
+ * none); nothing else may use w until bpe_work_seed_end(w, from, copy), which makes the copy
+ * (when copy is nonzero) and releases the hold.  Each 1 from begin needs its end. */
+int bpe_work_seed_begin(bpe_work *w, const bpe_work *from);
+void bpe_work_seed_end(bpe_work *w, const bpe_work *from, int copy);
 
 /* Checks special_mode (NULL or n_special values <= 2): BPE_OK or BPE_ERR_ARG. */
 int bpe_check_mode(const bpe_tokenizer *tok, const uint8_t *special_mode);
