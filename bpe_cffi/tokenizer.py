@@ -451,8 +451,8 @@ def _short_strs(texts) -> bool:
 
 # From this many bytes on, encode runs its C call on a helper thread while the main thread
 # waits, so that Ctrl-C stops it within milliseconds (progress.run_cancellable) instead of
-# after the whole text (~30 ms of work at this size; a thread costs ~0.1 ms).  encode_batch
-# collects its job on a helper thread from this size of texts on.
+# after the whole text (~30 ms of work at this size).  encode_batch starts and collects its
+# job on the helper thread from this many code units of texts on.
 _CANCELLABLE_MIN = 4 << 20
 
 
@@ -1447,17 +1447,30 @@ class Tokenizer(TiktokenMethods):
             return []
         job_p = ffi.new("bpe_batch_job **")     # NULL until the job is started
         ptr = self._handle()      # held until the job is finished (see close)
-        try:
+        stopped = []              # Ctrl-C came (see _run_batch)
+
+        def start_and_collect():
             rc = lib.bpe_batch_start(ptr, n, joined, starts, ends, kinds, mode, num_threads,
                                      job_p)
             if rc:
-                raise_for(rc, "encode_batch")
-            out, rc, k = self._collect_started(job_p[0], n)
+                return None, rc, 0
+            if stopped:           # before the job was there to cancel
+                lib.bpe_batch_cancel(job_p[0])
+            return self._collect_batch(job_p[0], n)
+
+        def cancel():
+            stopped.append(True)
+            lib.bpe_batch_cancel(job_p[0])           # NULL (not started yet): nothing
+
+        try:
+            out, rc, k = self._run_batch(start_and_collect, cancel, ends[n - 1])
         finally:
             # read back from C's memory: a signal raising right after the start still ends
             # the job (its threads read the texts) before they can go
             lib.bpe_batch_finish(job_p[0])
             del ptr
+        if out is None:
+            raise_for(rc, "encode_batch")
         if rc:
             if rc == lib.BPE_ERR_DISALLOWED or rc == lib.BPE_ERR_NOBYTE:
                 # k names the text; a single-text encode raises with the token's name
@@ -1466,21 +1479,23 @@ class Tokenizer(TiktokenMethods):
             self._raise_encode(rc, k, "encode_batch")
         return out
 
-    def _collect_started(self, job, n):
-        """_collect_batch of a started job; Ctrl-C (SIGINT, or SIGTERM with a Python
-        handler) cancels it and raises."""
-        if lib.bpe_batch_size(job) >= _CANCELLABLE_MIN and \
-                threading.current_thread() is threading.main_thread():
-            # collected on a helper thread while this one waits for a signal, which cancels
-            # the job (its encoders poll the job's cancel flag): a text no cut could split,
-            # or all of them with no worker thread, cannot keep Ctrl-C waiting.  (This
-            # thread collecting and looking at signals between steps was tried: 5% faster
-            # in calls made one after another, 7% slower in the yardstick's first calls of a
-            # process, o200k 8 runs each turn about; left as it was.)
+    @staticmethod
+    def _run_batch(start_and_collect, cancel, size):
+        """start_and_collect() (a batch job started, then collected), on a helper thread
+        when this is the main thread and the texts' code units number `size` >=
+        _CANCELLABLE_MIN, where Ctrl-C (SIGINT, or SIGTERM with a Python handler) then calls
+        cancel() and raises.  On the helper thread: a text no cut could split, or all of
+        them with no worker thread, cannot keep Ctrl-C waiting, as the job's encoders poll
+        its cancel flag.  The job is started there too, not here: a worker thread started
+        here was running on the other core when the helper woke up, which then sometimes
+        waited milliseconds to be scheduled.  (This thread collecting and looking at
+        signals between steps was tried: 5% faster in calls made one after another, 7%
+        slower in the yardstick's first calls of a process, o200k 8 runs each turn about,
+        its lists made in the main thread's malloc arena.)"""
+        if size >= _CANCELLABLE_MIN and threading.current_thread() is threading.main_thread():
             from .progress import run_cancellable
-            return run_cancellable(lambda: self._collect_batch(job, n), None,
-                                   cancel=lambda: lib.bpe_batch_cancel(job))
-        return self._collect_batch(job, n)
+            return run_cancellable(start_and_collect, None, cancel=cancel)
+        return start_and_collect()
 
     @staticmethod
     def _collect_batch(job, n):
