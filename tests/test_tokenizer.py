@@ -848,13 +848,37 @@ def test_ctrl_c_stops_a_long_encode(tmp_path, what):
     or of one long one, which is cut into parts (all run on a helper thread from 4 MiB on,
     the job cancelled inside its texts): KeyboardInterrupt within a fraction of a second,
     not after the whole text (seconds here; the batch of one long text once waited for all
-    its parts), and no helper thread left."""
+    its parts), and no call left running."""
     fields, _ = _interrupted(tmp_path, what, 375, 0.3)      # ~150 MB: seconds of work here
     assert fields[0] == "interrupted", fields
     late, still_running = fields[2], fields[4]
     assert float(late) < 0.4, fields
     assert still_running == "False"
 
+
+
+def test_ctrl_c_before_the_batch_job_exists_cancels_it(monkeypatch):
+    """encode_batch starts its job on the thread that collects it; a Ctrl-C that comes before
+    the job exists (cancel() finds nothing to cancel yet) still stops it once started:
+    KeyboardInterrupt, nothing returned.  Without the Ctrl-C the same call gives every list."""
+    from bpe_cffi import Tokenizer
+    from conftest import vocab_path
+    tok = Tokenizer.from_tiktoken(vocab_path("cl100k_base.tiktoken"), pattern="cl100k")
+    docs = ["some words of text, %d of them" % k for k in range(3000)]
+    want = [tok.encode(d) for d in docs]
+    runs = []
+
+    def interrupted(start_and_collect, cancel, size):
+        runs.append(size)
+        cancel()                                  # as Ctrl-C would, before the start
+        return start_and_collect()
+
+    monkeypatch.setattr(Tokenizer, "_run_batch", staticmethod(interrupted))
+    with pytest.raises(KeyboardInterrupt):
+        tok.encode_batch(docs, num_threads=2)
+    assert runs == [sum(map(len, docs))]
+    monkeypatch.undo()
+    assert tok.encode_batch(docs, num_threads=2) == want
 
 def test_cli_encode(tmp_path, capsys):
     numpy = pytest.importorskip("numpy")
