@@ -1172,6 +1172,43 @@ def test_encode_batch_leaves_the_collector_alone_for_other_threads():
         gc.enable()
 
 
+
+def test_encode_batch_runs_only_the_collections_its_lists_make_due():
+    """The lists encode_batch makes count towards the young generation's threshold; the
+    collection they make due runs before the last groups (gc.collect(0), from the helper),
+    once, not after everything.  None runs with the collector disabled or its threshold 0
+    (automatic collection off), whatever the lists' count, and the result is the same."""
+    import gc
+    from bpe_cffi import _idcache
+    if not _idcache.FAST:
+        pytest.skip("the pure-Python path has no helper to run it")
+    tok = ours("gpt2")
+    docs = ["some words %d" % k for k in range(20_000)]
+    want = [tok.encode(d) for d in docs]
+    runs = []
+
+    def record(phase, info):
+        if phase == "start":
+            runs.append(info["generation"])
+
+    old = gc.get_threshold()
+    gc.callbacks.append(record)
+    try:
+        assert tok.encode_batch(docs, num_threads=2) == want
+        assert runs, "20K lists made no collection due"
+        runs.clear()
+        gc.disable()
+        assert tok.encode_batch(docs, num_threads=2) == want
+        assert runs == [] and not gc.isenabled()
+        gc.enable()
+        gc.set_threshold(0)
+        assert tok.encode_batch(docs, num_threads=2) == want
+        assert runs == []
+    finally:
+        gc.set_threshold(*old)
+        gc.enable()
+        gc.callbacks.remove(record)
+
 def test_common_mistakes_get_errors_that_say_what_to_do(tmp_path):
     """A file opened in binary mode given to encode_iterable, a set of ids (no order) given
     to decode, a pickle given to from_files: each error says what was expected."""
