@@ -202,8 +202,8 @@ def _take_kept_thread():
     then runs the call).  Starts it on first use: RuntimeError when no thread can start."""
     global _KEPT
     with _KEPT_LOCK:
-        if _KEPT is None:
-            _KEPT = _KeptThread()
+        if _KEPT is None or not _KEPT.thread.is_alive():   # (it never ends; if it did, a
+            _KEPT = _KeptThread()                          # call handed to it would hang)
         kept = _KEPT
     return kept if kept.busy.acquire(blocking=False) else None
 
