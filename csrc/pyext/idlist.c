@@ -28,7 +28,7 @@
  * memory until broken by hand.
  *
  * Texts in: text_units tells encode_batch where each str keeps its characters, for C to read
- * them in place; join_utf8 writes the UTF-8 of a list of str end to end (a long non-ASCII
+ * them in place, and copies the caller's list in the same pass to hold them; join_utf8 writes the UTF-8 of a list of str end to end (a long non-ASCII
  * text for encode, the daemon's str requests), without a bytes object per text.
  *
  * Ids in: u32_ids checks and packs the ids given to decode, as operator.index reads them.
@@ -1192,7 +1192,7 @@ static PyMethodDef methods[] = {
     {"join_utf8", join_utf8, METH_O, "join_utf8(list of str) -> (bytes, size_t ends) or None"},
     {"ascii_address", ascii_address, METH_O, "ascii_address(str) -> address of ASCII text or 0"},
     {"text_units", text_units, METH_VARARGS,
-     "text_units(list of str, untrack) -> (starts, ends, kinds) or None"},
+     "text_units(list of str, own) -> (held list, starts, ends, kinds) or None"},
     {"ids_list", ids_list, METH_VARARGS, "ids_list(address, n, cache) -> list"},
     {"ids_lists", ids_lists, METH_VARARGS,
      "ids_lists(address, ends_address, n_texts, cache) -> list of lists"},
