@@ -127,6 +127,8 @@ struct bpe_batch_job {
     pthread_cond_t changed;      /* broadcast when a group is published */
     size_t *finished;            /* group indices in publication order (n_groups entries) */
     size_t n_finished;           /* entries of finished[] (under lock) */
+    size_t seen_finished;        /* n_finished when the caller last found nothing to take
+                                    (caller only, read under lock) */
     size_t first_failed;         /* smallest FAILED group index, or NONE (under lock) */
     size_t next_out;             /* next entry of finished[] to return (caller only) */
     size_t last_out;             /* the group returned last, freed on the next call, or NONE */
@@ -581,19 +583,21 @@ static int cancelled(const bpe_batch_job *job)
 /* Makes progress while the caller has nothing to return: encodes an unclaimed group (with no
  * worker, several of about SOLO_BYTES in all, so that a caller taking a lock between calls,
  * Python's GIL, takes it rarely), else a running one a second time, else waits for a
- * publication or a cancellation.  Called without the lock. */
+ * publication or a cancellation.  Called without the lock, only after a take() that found
+ * nothing to return. */
 static void help_or_wait(bpe_batch_job *job)
 {
     group *g = claim(job);
-    size_t seen, done = 0;
+    size_t done = 0;
     if (g == NULL) {
         pthread_mutex_lock(&job->lock);
         if (job->first_failed == NONE && (g = steal_candidate(job)) != NULL)
             g->stolen = 1;
-        seen = job->n_finished;
-        /* nothing to encode: sleep until something is published (a failure waits for the
-         * groups before it; they are all claimed, hence running somewhere) */
-        while (g == NULL && job->n_finished == seen && !cancelled(job))
+        /* nothing to encode: sleep until something is published since the caller last
+         * looked (take), not since now: what a worker published in between (the last
+         * group, say, before the worker ended) is what the caller waits for (a failure waits
+         * for the groups before it; they are all claimed, hence running somewhere) */
+        while (g == NULL && job->n_finished == job->seen_finished && !cancelled(job))
             pthread_cond_wait(&job->changed, &job->lock);
         pthread_mutex_unlock(&job->lock);
         if (g == NULL)
@@ -619,6 +623,7 @@ static int take(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t
     *pending = 0;
     pthread_mutex_lock(&job->lock);
     failed = job->first_failed;
+    job->seen_finished = job->n_finished;
     if (failed == NONE && job->next_out < job->n_finished)
         g = &job->groups[job->finished[job->next_out++]];
     else if (failed != NONE && published_before(job, failed))

@@ -934,6 +934,53 @@ def test_job_batch_reports_the_first_failing_text():
                        for i, x in enumerate(lists))
 
 
+def test_job_batch_collected_step_by_step_never_waits_for_nothing():
+    """Jobs of two equal groups on two threads, taken with bpe_batch_poll and bpe_batch_step
+    as the id-list helper takes them, doing little with each group (so that the worker
+    often publishes the last group, and ends, just after the caller found nothing to take
+    and before it waits).  The caller must still see that group: it used to wait for a
+    further one, for ever (within ~1500 jobs here).  A job that does not end within a minute
+    fails the test instead of hanging it."""
+    tok, _ = native_tokenizer("gpt2")
+    texts = [(b"The quick brown fox jumps over the lazy dog. " * 1500)[:66_000]] * 2
+    assert job_batch(tok, texts, steps=[]) == ([tok.encode(t) for t in texts], lib.BPE_OK,
+                                                None)
+    data = b"".join(texts)
+    ends = ffi.new("size_t[]", [len(texts[0]), len(data)])
+    first, count = ffi.new("size_t *"), ffi.new("size_t *")
+    ids, id_ends, info = ffi.new("uint32_t **"), ffi.new("size_t **"), ffi.new("size_t *")
+    job_p = ffi.new("bpe_batch_job **")
+    outcome = []
+
+    def one_job():
+        assert lib.bpe_batch_start(tok.ptr, 2, data, ffi.NULL, ends, ffi.NULL, ffi.NULL, 2,
+                                   job_p) == lib.BPE_OK
+        texts_got = 0
+        try:
+            while True:
+                rc = lib.bpe_batch_poll(job_p[0], first, count, ids, id_ends, info)
+                while rc == lib.BPE_BATCH_PENDING:
+                    rc = lib.bpe_batch_step(job_p[0], first, count, ids, id_ends, info)
+                if rc or count[0] == 0:
+                    return rc, texts_got
+                texts_got += count[0]
+        finally:
+            lib.bpe_batch_finish(job_p[0])
+
+    def jobs():
+        for _ in range(4000 if not LONG else 40_000):
+            got = one_job()
+            if got != (lib.BPE_OK, 2):
+                outcome.append(got)
+                return
+        outcome.append("done")
+
+    runner = threading.Thread(target=jobs, daemon=True)   # a hung job: left behind
+    runner.start()
+    runner.join(60)
+    assert outcome == ["done"], "a job never ended" if not outcome else outcome
+
+
 def test_job_batch_early_finish_and_bad_arguments():
     tok, _ = native_tokenizer("gpt2")
     texts = corpus_texts(400, 4000)
