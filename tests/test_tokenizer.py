@@ -1175,15 +1175,17 @@ def test_encode_batch_leaves_the_collector_alone_for_other_threads():
 
 def test_encode_batch_runs_only_the_collections_its_lists_make_due():
     """The lists encode_batch makes count towards the young generation's threshold; the
-    collection they make due runs before the last groups (gc.collect(0), from the helper),
-    once, not after everything.  None runs with the collector disabled or its threshold 0
-    (automatic collection off), whatever the lists' count, and the result is the same."""
+    collection they make due runs after the first groups (gc.collect(0), from the helper),
+    once, while the result list holds few of them, not after everything.  None runs with the
+    collector disabled or its threshold 0 (automatic collection off), whatever the lists'
+    count, and the result is the same.  Asking whether it is due must not run it either:
+    that made one collection after every group, ~45 here, instead of ~2."""
     import gc
     from bpe_cffi import _idcache
     if not _idcache.FAST:
         pytest.skip("the pure-Python path has no helper to run it")
     tok = ours("gpt2")
-    docs = ["some words %d" % k for k in range(20_000)]
+    docs = ["some words %d, and more words after them. " % k * 3 for k in range(20_000)]
     want = [tok.encode(d) for d in docs]
     runs = []
 
@@ -1196,6 +1198,7 @@ def test_encode_batch_runs_only_the_collections_its_lists_make_due():
     try:
         assert tok.encode_batch(docs, num_threads=2) == want
         assert runs, "20K lists made no collection due"
+        assert len(runs) <= 4, f"{len(runs)} collections in one call of 20K lists"
         runs.clear()
         gc.disable()
         assert tok.encode_batch(docs, num_threads=2) == want

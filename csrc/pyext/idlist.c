@@ -383,57 +383,67 @@ static int next_group(batch_next_fn poll, batch_next_fn step, bpe_batch_job *job
     return rc;
 }
 
-/* 1 when the collection of the youngest generation is due: the collector is on, has a
- * threshold, and the count of allocations since its last run has passed it (gc_pause holds
- * it off while lists are made, so their allocations run it up); 0 when not; -1 with an
- * exception. */
-static int young_collection_due(PyObject *gc)
+/* Whether the collection of the youngest generation is due, asked with the collector paused
+ * (so that the calls below, which allocate, cannot run it themselves and leave it never seen
+ * due); was_on: whether it was on.  YOUNG_DUE when it was on, has a threshold, and the count
+ * of allocations since its last run has passed it (gc_pause holds it off while lists are
+ * made, so their allocations run it up); YOUNG_NOT_YET when that count has not passed it
+ * yet; YOUNG_OFF when automatic collection is off (disabled, threshold 0, or a gc module
+ * that is not CPython's as we know it); -1 with an exception. */
+enum { YOUNG_NOT_YET, YOUNG_DUE, YOUNG_OFF };
+
+static int young_collection_due(PyObject *gc, int was_on)
 {
-    PyObject *on = PyObject_CallMethod(gc, "isenabled", NULL), *count = NULL, *limit = NULL;
+    PyObject *count, *limit;
     int due = -1;
-    if (on != NULL && (due = PyObject_IsTrue(on)) == 1) {
-        count = PyObject_CallMethod(gc, "get_count", NULL);
-        limit = PyObject_CallMethod(gc, "get_threshold", NULL);
-        due = -1;
-        if (count != NULL && limit != NULL && PyTuple_Check(count) && PyTuple_Check(limit) &&
-            PyTuple_GET_SIZE(count) > 0 && PyTuple_GET_SIZE(limit) > 0) {
-            long n = PyLong_AsLong(PyTuple_GET_ITEM(count, 0));
-            long t = PyLong_AsLong(PyTuple_GET_ITEM(limit, 0));
-            due = PyErr_Occurred() ? -1 : t > 0 && n > t;
-        } else if (!PyErr_Occurred()) {
-            due = 0;                   /* not CPython's gc module as we know it: leave it */
-        }
+    if (!was_on)
+        return YOUNG_OFF;
+    count = PyObject_CallMethod(gc, "get_count", NULL);
+    limit = PyObject_CallMethod(gc, "get_threshold", NULL);
+    if (count != NULL && limit != NULL && PyTuple_Check(count) && PyTuple_Check(limit) &&
+        PyTuple_GET_SIZE(count) > 0 && PyTuple_GET_SIZE(limit) > 0) {
+        long n = PyLong_AsLong(PyTuple_GET_ITEM(count, 0));
+        long t = PyLong_AsLong(PyTuple_GET_ITEM(limit, 0));
+        if (!PyErr_Occurred())
+            due = t <= 0 ? YOUNG_OFF : n > t ? YOUNG_DUE : YOUNG_NOT_YET;
+    } else if (!PyErr_Occurred()) {
+        due = YOUNG_OFF;
     }
-    Py_XDECREF(on);
     Py_XDECREF(count);
     Py_XDECREF(limit);
     return due;
 }
 
-/* Runs the collection of the youngest generation now if it is due (gc.collect(0)): 0, or -1
- * with an exception.
+/* Runs the collection of the youngest generation if it is due (gc.collect(0)): 1 when it
+ * ran or automatic collection is off (nothing more to look for), 0 when it is not due yet,
+ * -1 with an exception.
  *
- * Why.  The lists collect_batch makes run that collection up (see gc_pause), and it used to
+ * Why.  The lists collect_batch makes run that collection up (see gc_pause).  It used to
  * run at the call's first allocation after the last group, where it walked the result list
  * item by item (29.6K lists, each a cache miss or two: 0.8-1.0 ms of the yardstick's 40 ms
- * call) while no thread had anything else to do.  Run while the last groups are still being
- * encoded, it walks the items made so far alongside that work and moves the result list to
- * an older generation, so the collection that comes due again by the end (the lists made
- * after) does not walk it.  It runs once, when it would have run anyway: no collection
- * that the allocations had not made due, none while the collector is off. */
+ * call) while no thread had anything else to do; run before the last eighth of the texts
+ * instead, it still walked seven eighths of them.  collect_batch asks after every group
+ * until it has run: it comes due after the first few groups, while the result list holds
+ * only their lists, and it moves that list to an older generation, so the collections that
+ * come due later (the lists made after) do not walk it.  It runs once, when it would have
+ * run anyway: no collection that the allocations had not made due, none while the
+ * collector is off. */
 static int collect_young_if_due(void)
 {
-    PyObject *gc = PyImport_ImportModule("gc"), *done;
-    int due;
+    PyObject *gc, *done;
+    int was_on = gc_pause(), due = -1;
+    if ((gc = PyImport_ImportModule("gc")) != NULL)
+        due = young_collection_due(gc, was_on);
+    gc_resume(was_on);
     if (gc == NULL)
         return -1;
-    if ((due = young_collection_due(gc)) == 1) {
+    if (due == YOUNG_DUE) {
         done = PyObject_CallMethod(gc, "collect", "i", 0);
-        due = done != NULL ? 0 : -1;
+        due = done != NULL ? YOUNG_DUE : -1;
         Py_XDECREF(done);
     }
     Py_DECREF(gc);
-    return due < 0 ? -1 : 0;
+    return due < 0 ? -1 : due != YOUNG_NOT_YET;
 }
 
 /* -1 with an exception unless every item of out was set. */
@@ -456,9 +466,9 @@ static int check_complete(PyObject *out)
 static PyObject *collect_batch(PyObject *self, PyObject *args)
 {
     unsigned long long step_address, poll_address, job_address;
-    Py_ssize_t n_texts, placed = 0;
+    Py_ssize_t n_texts;
     PyObject *cache, *out;
-    int rc = 0, young_run = 0;
+    int rc = 0, young_done = 0;
     size_t first = 0, count = 0, info = 0;
     const uint32_t *ids = NULL;
     const size_t *id_ends = NULL;
@@ -474,11 +484,8 @@ static PyObject *collect_batch(PyObject *self, PyObject *args)
         return NULL;
     for (;;) {
         cached_ints c;
-        if (!young_run && placed >= n_texts - n_texts / 8) {   /* the last eighth is left */
-            young_run = 1;
-            if (collect_young_if_due() < 0)
-                break;
-        }
+        if (!young_done && (young_done = collect_young_if_due()) < 0)
+            break;
         rc = next_group((batch_next_fn)(uintptr_t)poll_address,
                         (batch_next_fn)(uintptr_t)step_address,
                         (bpe_batch_job *)(uintptr_t)job_address,
@@ -498,7 +505,6 @@ static PyObject *collect_batch(PyObject *self, PyObject *args)
         if (place_lists(out, (Py_ssize_t)first, ids, id_ends, (Py_ssize_t)count, &c) < 0 ||
             PyErr_CheckSignals() < 0)
             break;
-        placed += (Py_ssize_t)count;
     }
     if (rc == 0 && count == 0 && !PyErr_Occurred() && check_complete(out) == 0)
         return Py_BuildValue("(Nii)", out, 0, 0);
