@@ -34,6 +34,7 @@ from . import _idcache
 from . import added_tokens
 from . import formats
 from . import patterns
+from ._batch_job import BatchJob
 from ._native import ffi, lib, raise_for
 from .tiktoken_api import TiktokenMethods
 
@@ -454,6 +455,7 @@ def _short_strs(texts) -> bool:
 # after the whole text (~30 ms of work at this size).  encode_batch starts and collects its
 # job on the helper thread from this many code units of texts on.
 _CANCELLABLE_MIN = 4 << 20
+
 
 
 def _join_utf8(texts: list):
@@ -1432,50 +1434,18 @@ class Tokenizer(TiktokenMethods):
         # already done into lists (bpe_batch_step), so the int-making, which needs the GIL,
         # overlaps the encoding instead of following it.  C reads every str where it lies
         # (its encoders write the UTF-8 of the non-ASCII ones, lone surrogates as U+FFFD like
-        # _utf8): the strs stay referenced by `texts` (now our own) until the job is finished.
-        units = _idcache.text_units(texts, own)
-        if units is not None:
-            texts, starts, ends, kinds = units
-            joined, starts = ffi.NULL, ffi.from_buffer("uint8_t *[]", starts)
-            ends, kinds = ffi.from_buffer("size_t[]", ends), ffi.from_buffer("uint8_t[]", kinds)
-        else:                            # not all exact strs, or no helper extension
-            texts = texts if own else list(texts)
-            joined, ends = _join_utf8_py(texts)
-            starts = kinds = ffi.NULL
-        n = len(texts)                   # the caller's list may have changed since
-        if n == 0:
-            return []
-        job_p = ffi.new("bpe_batch_job **")     # NULL until the job is started
-        ptr = self._handle()      # held until the job is finished (see close)
-        stopped = []              # Ctrl-C came (see _run_batch)
-
-        def start_and_collect():
-            rc = lib.bpe_batch_start(ptr, n, joined, starts, ends, kinds, mode, num_threads,
-                                     job_p)
-            if rc:
-                return None, rc, 0
-            if stopped:           # before the job was there to cancel
-                lib.bpe_batch_cancel(job_p[0])
-            return self._collect_batch(job_p[0], n)
-
-        def cancel():
-            stopped.append(True)
-            lib.bpe_batch_cancel(job_p[0])           # NULL (not started yet): nothing
-
-        try:
-            out, rc, k = self._run_batch(start_and_collect, cancel, ends[n - 1])
-        finally:
-            # read back from C's memory: a signal raising right after the start still ends
-            # the job (its threads read the texts) before they can go
-            lib.bpe_batch_finish(job_p[0])
-            del ptr
+        # _utf8): the job holds the strs, and the C tokenizer (see close), until it is
+        # finished, within run (see _batch_job.py).
+        job = BatchJob(self._handle(), mode, num_threads, self._collect_batch, _join_utf8_py,
+                       self._run_batch, _CANCELLABLE_MIN)
+        out, rc, k = job.run(texts, own)
         if out is None:
             raise_for(rc, "encode_batch")
         if rc:
             if rc == lib.BPE_ERR_DISALLOWED or rc == lib.BPE_ERR_NOBYTE:
                 # k names the text; a single-text encode raises with the token's name
-                if k < n:
-                    self._encode_text(texts[k], mode)
+                if k < len(job.held):
+                    self._encode_text(job.held[k], mode)
             self._raise_encode(rc, k, "encode_batch")
         return out
 
@@ -1488,7 +1458,8 @@ class Tokenizer(TiktokenMethods):
         them with no worker thread, cannot keep Ctrl-C waiting, as the job's encoders poll
         its cancel flag.  The job is started there too, not here: a worker thread started
         here was running on the other core when the helper woke up, which then sometimes
-        waited milliseconds to be scheduled.  (This thread collecting and looking at
+        waited milliseconds to be scheduled.  (A batch of many texts goes to the helper
+        thread before this: see _batch_job.py.)  (This thread collecting and looking at
         signals between steps was tried: 5% faster in calls made one after another, 7%
         slower in the yardstick's first calls of a process, o200k 8 runs each turn about,
         its lists made in the main thread's malloc arena.)"""

@@ -1,7 +1,7 @@
 /*
- * batch_stream.c - bpe_batch_start / bpe_batch_next / bpe_batch_finish: a batch encoded by
- * background threads and collected by the caller group by group, while the rest is still
- * being encoded.
+ * batch_stream.c - bpe_batch_start (or bpe_batch_open + bpe_batch_begin) / bpe_batch_next /
+ * bpe_batch_finish: a batch encoded by background threads and collected by the caller group
+ * by group, while the rest is still being encoded.
  *
  * Why.  Turning ids into Python ints costs about as much as encoding them, and only the
  * thread that holds the GIL can do it.  With the one-shot bpe_encode_batch_flat, that work
@@ -25,10 +25,15 @@
  * before encoding it, so that work is spread over the threads instead of done by the caller
  * before any thread starts.
  * Groups are claimed in increasing order from one atomic counter (next_claim), by workers
- * and by the caller alike.  bpe_batch_start claims each worker's work slot before starting
- * its thread; a slot whose word cache is still empty starts as a copy of the caller's, made
- * by the worker first thing, while the caller already encodes with its own cache held
+ * and by the caller alike.  Each worker's work slot is claimed before its thread starts; a
+ * slot whose word cache is still empty starts as a copy of the caller's, made by the worker
+ * first thing, while the caller already encodes with its own cache held
  * (bpe_work_seed_begin/_end: looked up, not added to, until every copy is made).
+ * bpe_batch_start starts the workers once the texts are cut into groups, as many as their
+ * size is worth.  bpe_batch_open starts them before the texts are given (one per thread
+ * but the caller's): they make their copies and wait (`begun`, under the lock) while the
+ * caller still gathers the texts (Python: locates 30K strs, ~1 ms), and bpe_batch_begin
+ * then cuts the groups and wakes them.
  * An encoder works into output buffers of its own (an outbuf) and then publishes them into
  * the group; `finished` lists the groups in the order they were published, and the caller
  * returns them from it.  Once the caller is done with a group, its outbuf goes to the job's
@@ -134,6 +139,10 @@ struct bpe_batch_job {
     size_t last_out;             /* the group returned last, freed on the next call, or NONE */
     int ended;                   /* every group returned, or the error reported (caller) */
     int n_workers;               /* threads started */
+    int n_threads;               /* as given to bpe_batch_open / bpe_batch_start */
+    int given;                   /* 1 once bpe_batch_begin was called (caller only) */
+    int begun;                   /* 1 once it succeeded (atomic, set under lock: workers
+                                    started before, by bpe_batch_open, wait for it) */
     struct worker *workers;
     bpe_work caller_work;        /* the caller's work slot, for the groups it encodes */
     bpe_bytes caller_scratch;    /* the caller's UTF-8 of a text stored otherwise */
@@ -142,7 +151,7 @@ struct bpe_batch_job {
     int n_spares;
 };
 
-/* A worker thread and its work slot, claimed by bpe_batch_start before the thread starts. */
+/* A worker thread and its work slot, claimed before the thread starts. */
 typedef struct worker {
     pthread_t thread;
     bpe_work work;
@@ -340,6 +349,11 @@ static void encode_group(bpe_batch_job *job, bpe_work *w, bpe_bytes *scratch, gr
     publish(job, g, &out, rc, bad);
 }
 
+static int cancelled(const bpe_batch_job *job)
+{
+    return __atomic_load_n(&job->cancel, __ATOMIC_ACQUIRE);
+}
+
 /* Claims the next unclaimed group, or returns NULL when there is none (or the job stops). */
 static group *claim(bpe_batch_job *job)
 {
@@ -352,12 +366,22 @@ static group *claim(bpe_batch_job *job)
     return c < job->n_groups ? &job->groups[c] : NULL;
 }
 
+/* Waits until the job's texts are given or it is stopped. */
+static void wait_for_texts(bpe_batch_job *job)
+{
+    pthread_mutex_lock(&job->lock);
+    while (!job->begun && !cancelled(job))
+        pthread_cond_wait(&job->changed, &job->lock);
+    pthread_mutex_unlock(&job->lock);
+}
+
 static void *worker_main(void *p)
 {
     worker *me = p;
     group *g;
     if (me->seed)
         bpe_work_seed_end(&me->work, &me->job->caller_work, 1);
+    wait_for_texts(me->job);
     while ((g = claim(me->job)) != NULL)
         encode_group(me->job, &me->work, &me->scratch, g);
     return NULL;
@@ -484,15 +508,19 @@ static int make_groups(bpe_batch_job *job, size_t n, int cut_large)
     return BPE_OK;
 }
 
-static void start_workers(bpe_batch_job *job, int n_threads, size_t total_bytes)
+/* Starts worker threads until the job has `wanted` (no more than its threads but the
+ * caller's), each with a work slot of its own (seeded from the caller's on its thread when
+ * the slot's cache is empty); fewer when a thread cannot start.  The workers' array is made
+ * once, for the most the job can have: a running worker holds its entry's address. */
+static void start_workers(bpe_batch_job *job, int wanted)
 {
-    int wanted = bpe_thread_count(n_threads, job->n_groups) - 1;
-    if ((size_t)wanted > total_bytes / MIN_BYTES_PER_WORKER)
-        wanted = (int)(total_bytes / MIN_BYTES_PER_WORKER);
-    if (wanted <= 0)
+    int most = bpe_thread_count(job->n_threads, (size_t)-1) - 1;
+    if (wanted > most)
+        wanted = most;
+    if (wanted <= job->n_workers)
         return;
-    job->workers = malloc((size_t)wanted * sizeof *job->workers);
-    if (job->workers == NULL)
+    if (job->workers == NULL &&
+        (job->workers = malloc((size_t)most * sizeof *job->workers)) == NULL)
         return;   /* the caller encodes every group itself: slower, still correct */
     while (job->n_workers < wanted) {
         worker *w = &job->workers[job->n_workers];
@@ -510,6 +538,82 @@ static void start_workers(bpe_batch_job *job, int n_threads, size_t total_bytes)
     }
 }
 
+/* The workers a job of total_bytes is worth: one per thread but the caller's, none for less
+ * than MIN_BYTES_PER_WORKER each. */
+static int workers_for(const bpe_batch_job *job, size_t total_bytes)
+{
+    int wanted = bpe_thread_count(job->n_threads, job->n_groups) - 1;
+    if (wanted > 0 && (size_t)wanted > total_bytes / MIN_BYTES_PER_WORKER)
+        wanted = (int)(total_bytes / MIN_BYTES_PER_WORKER);
+    return wanted;
+}
+
+/* A job with no texts yet and no workers, or NULL when memory runs out. */
+static bpe_batch_job *new_job(const bpe_tokenizer *tok, int n_threads)
+{
+    bpe_batch_job *job = calloc(1, sizeof *job);
+    if (job == NULL)
+        return NULL;
+    job->tok = tok;
+    job->n_threads = n_threads;
+    job->first_failed = NONE;
+    job->last_out = NONE;
+    pthread_mutex_init(&job->lock, NULL);
+    pthread_cond_init(&job->changed, NULL);
+    bpe_work_open(tok, &job->caller_work);
+    return job;
+}
+
+int bpe_batch_open(const bpe_tokenizer *tok, int n_threads, size_t n_texts,
+                   bpe_batch_job **out)
+{
+    bpe_batch_job *job;
+    if (out == NULL)
+        return BPE_ERR_ARG;
+    *out = NULL;
+    if (tok == NULL || tok->pattern == BPE_PATTERN_EXTERNAL)
+        return BPE_ERR_ARG;
+    if ((job = new_job(tok, n_threads)) == NULL)
+        return BPE_ERR_NOMEM;
+    start_workers(job, bpe_thread_count(n_threads, n_texts) - 1);
+    *out = job;
+    return BPE_OK;
+}
+
+/* Marks the texts given and wakes the workers waiting for them. */
+static void set_begun(bpe_batch_job *job)
+{
+    pthread_mutex_lock(&job->lock);
+    __atomic_store_n(&job->begun, 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&job->changed);
+    pthread_mutex_unlock(&job->lock);
+}
+
+int bpe_batch_begin(bpe_batch_job *job, size_t n, const uint8_t *data,
+                    const uint8_t *const *starts, const size_t *ends, const uint8_t *kinds,
+                    const uint8_t *special_mode)
+{
+    int rc;
+    if (job == NULL || job->given || (n && ((data == NULL && starts == NULL) || ends == NULL)) ||
+        (kinds != NULL && starts == NULL))
+        return BPE_ERR_ARG;
+    job->given = 1;
+    if ((rc = bpe_check_mode(job->tok, special_mode)) != BPE_OK)
+        return rc;
+    job->data = data;
+    job->starts = starts;
+    job->ends = ends;
+    job->kinds = kinds;
+    job->mode = special_mode;
+    /* large texts are cut only when there are threads to share them */
+    if (n && (rc = make_groups(job, n, bpe_thread_count(job->n_threads, (size_t)-1) > 1)) !=
+                 BPE_OK)
+        return rc;
+    set_begun(job);
+    start_workers(job, workers_for(job, job->total_size));   /* more, if it is worth it */
+    return BPE_OK;
+}
+
 int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
                     const uint8_t *const *starts, const size_t *ends, const uint8_t *kinds,
                     const uint8_t *special_mode, int n_threads, bpe_batch_job **out)
@@ -519,33 +623,15 @@ int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
     if (out == NULL)
         return BPE_ERR_ARG;
     *out = NULL;
-    if (tok == NULL || (n && ((data == NULL && starts == NULL) || ends == NULL)) ||
-        (kinds != NULL && starts == NULL))
+    if (tok == NULL || tok->pattern == BPE_PATTERN_EXTERNAL)
         return BPE_ERR_ARG;
-    if (tok->pattern == BPE_PATTERN_EXTERNAL)
-        return BPE_ERR_ARG;
-    if ((rc = bpe_check_mode(tok, special_mode)) != BPE_OK)
-        return rc;
-    if ((job = calloc(1, sizeof *job)) == NULL)
+    if ((job = new_job(tok, n_threads)) == NULL)
         return BPE_ERR_NOMEM;
-    job->tok = tok;
-    job->data = data;
-    job->starts = starts;
-    job->ends = ends;
-    job->kinds = kinds;
-    job->mode = special_mode;
-    job->first_failed = NONE;
-    job->last_out = NONE;
-    pthread_mutex_init(&job->lock, NULL);
-    pthread_cond_init(&job->changed, NULL);
-    bpe_work_open(tok, &job->caller_work);
-    /* large texts are cut only when there are threads to share them */
-    if (n && (rc = make_groups(job, n, bpe_thread_count(n_threads, (size_t)-1) > 1)) != BPE_OK) {
+    if ((rc = bpe_batch_begin(job, n, data, starts, ends, kinds, special_mode)) != BPE_OK) {
         bpe_batch_finish(job);
         return rc;
     }
-    start_workers(job, n_threads, job->total_size);
-    *out = job;
+    *out = job;   /* only now: another thread may read it to cancel the job */
     return BPE_OK;
 }
 
@@ -573,11 +659,6 @@ static int published_before(const bpe_batch_job *job, size_t limit)
         if (job->groups[i].state == RUNNING)
             return 0;
     return 1;
-}
-
-static int cancelled(const bpe_batch_job *job)
-{
-    return __atomic_load_n(&job->cancel, __ATOMIC_ACQUIRE);
 }
 
 /* Makes progress while the caller has nothing to return: encodes an unclaimed group (with no
@@ -655,7 +736,8 @@ static int take(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t
 static int begin_call(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
                       const size_t **id_ends)
 {
-    if (job == NULL || first == NULL || count == NULL || ids == NULL || id_ends == NULL)
+    if (job == NULL || first == NULL || count == NULL || ids == NULL || id_ends == NULL ||
+        !__atomic_load_n(&job->begun, __ATOMIC_ACQUIRE))
         return BPE_ERR_ARG;
     if (job->last_out != NONE)
         give_outbuf(job, &job->groups[job->last_out].out);
@@ -736,8 +818,7 @@ void bpe_batch_finish(bpe_batch_job *job)
     int k;
     if (job == NULL)
         return;
-    __atomic_store_n(&job->stop, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&job->cancel, 1, __ATOMIC_RELEASE);
+    bpe_batch_cancel(job);            /* wakes workers still waiting for the texts */
     for (k = 0; k < job->n_workers; k++) {
         pthread_join(job->workers[k].thread, NULL);
         bpe_work_close(&job->workers[k].work);

@@ -249,6 +249,19 @@ typedef struct bpe_batch_job bpe_batch_job;
 int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
                     const uint8_t *const *starts, const size_t *ends, const uint8_t *kinds,
                     const uint8_t *special_mode, int n_threads, bpe_batch_job **out);
+
+/* bpe_batch_start in two calls, for a caller that has work of its own to do before the texts
+ * are ready: bpe_batch_open makes a job without texts and starts its worker threads at once
+ * (n_threads - 1 of them, 0: one per core, no more than n_texts - 1), which get ready and
+ * wait; bpe_batch_begin gives the texts (as bpe_batch_start takes them) and wakes them (and
+ * starts more, up to n_threads - 1, when a text is large enough to be cut into parts).
+ * bpe_batch_begin is called at most once; after it fails, or instead of it, only
+ * bpe_batch_cancel and bpe_batch_finish (which every opened job needs) may follow. */
+int bpe_batch_open(const bpe_tokenizer *tok, int n_threads, size_t n_texts,
+                   bpe_batch_job **out);
+int bpe_batch_begin(bpe_batch_job *job, size_t n, const uint8_t *data,
+                    const uint8_t *const *starts, const size_t *ends, const uint8_t *kinds,
+                    const uint8_t *special_mode);
 int bpe_batch_next(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
                    const size_t **id_ends, size_t *info);
 void bpe_batch_finish(bpe_batch_job *job);

@@ -789,14 +789,15 @@ def str_storage(text):
 
 
 def job_batch(tok, texts, mode=None, n_threads=2, stop_after=None, scattered=False,
-              units=False, poll=False, steps=None):
+              units=False, poll=False, steps=None, opened=None):
     """bpe_batch_start/next/finish: (per-text id lists, rc, info).  stop_after: finish the
     job after that many groups (an early exit) and return what was collected.  scattered:
     each text in its own buffer, given by `starts`, instead of all end to end.  units: texts
     are strs, each given as CPython stores it (str_storage).  poll: bpe_batch_poll first,
     bpe_batch_next only when it says BPE_BATCH_PENDING.  steps: a list, to take the groups
     with bpe_batch_poll and bpe_batch_step (as the id-list helper does) and append to it the
-    number of BPE_BATCH_PENDING steps before each group."""
+    number of BPE_BATCH_PENDING steps before each group.  opened: bpe_batch_open (told of
+    that many texts) and bpe_batch_begin instead of bpe_batch_start."""
     data, starts, kinds, lengths = b"".join(texts) if not units else ffi.NULL, ffi.NULL, \
         ffi.NULL, [len(t) for t in texts]
     if scattered:
@@ -809,8 +810,14 @@ def job_batch(tok, texts, mode=None, n_threads=2, stop_after=None, scattered=Fal
     ends = ffi.new("size_t[]", [sum(lengths[:i + 1]) for i in range(len(texts))])
     cmode = ffi.new("uint8_t[]", mode) if mode else ffi.NULL
     job_p = ffi.new("bpe_batch_job **")
-    rc = lib.bpe_batch_start(tok.ptr, len(texts), data, starts, ends, kinds, cmode, n_threads,
-                             job_p)
+    if opened is None:
+        rc = lib.bpe_batch_start(tok.ptr, len(texts), data, starts, ends, kinds, cmode,
+                                 n_threads, job_p)
+    else:
+        assert lib.bpe_batch_open(tok.ptr, n_threads, opened, job_p) == lib.BPE_OK
+        rc = lib.bpe_batch_begin(job_p[0], len(texts), data, starts, ends, kinds, cmode)
+        if rc:
+            lib.bpe_batch_finish(job_p[0])
     if rc:
         return [], rc, None
     first, count = ffi.new("size_t *"), ffi.new("size_t *")
@@ -857,6 +864,10 @@ def test_job_batch_equals_single():
         assert job_batch(tok, texts, n_threads=n_threads) == (expect, lib.BPE_OK, None)
     for n_threads in [1, 2, 3]:               # each text where it lies
         assert job_batch(tok, texts, n_threads=n_threads, scattered=True) == \
+            (expect, lib.BPE_OK, None)
+    for n_threads, opened in [(2, len(texts)), (3, len(texts)), (0, len(texts)), (3, 1),
+                              (1, len(texts))]:   # workers started before the texts come
+        assert job_batch(tok, texts, n_threads=n_threads, opened=opened) == \
             (expect, lib.BPE_OK, None)
     slow_tail = corpus_texts(200, 2000) + [b"x" * 300_000, b"y" * 300_000]
     for n_threads in [2, 3]:                  # workers busy at the end: the caller re-encodes
@@ -979,6 +990,65 @@ def test_job_batch_collected_step_by_step_never_waits_for_nothing():
     runner.start()
     runner.join(60)
     assert outcome == ["done"], "a job never ended" if not outcome else outcome
+
+
+def test_job_batch_opened_before_its_texts():
+    """bpe_batch_open starts the workers, which wait for bpe_batch_begin.  A job finished
+    without ever being begun ends (its waiting workers woken), as does one cancelled before
+    its texts come (then BPE_ERR_CANCELLED); nothing is taken from a job not begun, a job is
+    begun once, and a refused begin leaves it to be finished.  Each within seconds: a job
+    that never ends fails the test instead of hanging it."""
+    tok, _ = native_tokenizer("gpt2")
+    texts = corpus_texts(50, 20_000)
+    data = b"".join(texts)
+    ends = ffi.new("size_t[]", [sum(map(len, texts[:i + 1])) for i in range(len(texts))])
+    first, count = ffi.new("size_t *"), ffi.new("size_t *")
+    ids, id_ends, info = ffi.new("uint32_t **"), ffi.new("size_t **"), ffi.new("size_t *")
+    outcome = []
+
+    def cases():
+        job_p = ffi.new("bpe_batch_job **")
+        assert lib.bpe_batch_open(ffi.NULL, 2, 10, job_p) == lib.BPE_ERR_ARG
+        assert job_p[0] == ffi.NULL
+        for _ in range(20):                       # never begun
+            assert lib.bpe_batch_open(tok.ptr, 3, 50, job_p) == lib.BPE_OK
+            assert lib.bpe_batch_next(job_p[0], first, count, ids, id_ends,
+                                      info) == lib.BPE_ERR_ARG
+            lib.bpe_batch_finish(job_p[0])
+        for _ in range(20):                       # cancelled, then begun
+            assert lib.bpe_batch_open(tok.ptr, 2, 50, job_p) == lib.BPE_OK
+            lib.bpe_batch_cancel(job_p[0])
+            assert lib.bpe_batch_begin(job_p[0], len(texts), data, ffi.NULL, ends, ffi.NULL,
+                                       ffi.NULL) == lib.BPE_OK
+            rc = lib.bpe_batch_next(job_p[0], first, count, ids, id_ends, info)
+            assert rc == lib.BPE_ERR_CANCELLED, rc
+            lib.bpe_batch_finish(job_p[0])
+        assert lib.bpe_batch_open(tok.ptr, 2, 50, job_p) == lib.BPE_OK
+        assert lib.bpe_batch_begin(job_p[0], 1, data, ffi.NULL, ends, ffi.NULL,
+                                   ffi.new("uint8_t[]", [7])) == lib.BPE_ERR_ARG   # bad mode
+        assert lib.bpe_batch_begin(job_p[0], len(texts), data, ffi.NULL, ends, ffi.NULL,
+                                   ffi.NULL) == lib.BPE_ERR_ARG    # only once, even then
+        assert lib.bpe_batch_next(job_p[0], first, count, ids, id_ends,
+                                  info) == lib.BPE_ERR_ARG
+        lib.bpe_batch_finish(job_p[0])
+        assert lib.bpe_batch_open(tok.ptr, 2, 50, job_p) == lib.BPE_OK
+        assert lib.bpe_batch_begin(job_p[0], len(texts), data, ffi.NULL, ends, ffi.NULL,
+                                   ffi.NULL) == lib.BPE_OK
+        assert lib.bpe_batch_begin(job_p[0], len(texts), data, ffi.NULL, ends, ffi.NULL,
+                                   ffi.NULL) == lib.BPE_ERR_ARG
+        lib.bpe_batch_finish(job_p[0])
+
+    def run_cases():
+        try:
+            cases()
+            outcome.append("done")
+        except Exception as exc:                  # noqa: BLE001 - reported below
+            outcome.append(repr(exc))
+
+    runner = threading.Thread(target=run_cases, daemon=True)   # a hung job: left behind
+    runner.start()
+    runner.join(60)
+    assert outcome == ["done"]
 
 
 def test_job_batch_early_finish_and_bad_arguments():

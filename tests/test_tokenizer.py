@@ -880,6 +880,53 @@ def test_ctrl_c_before_the_batch_job_exists_cancels_it(monkeypatch):
     monkeypatch.undo()
     assert tok.encode_batch(docs, num_threads=2) == want
 
+def test_encode_batch_of_many_texts_opens_its_job_first(monkeypatch):
+    """A batch of EARLY_WORKERS_MIN texts or more, from the main thread, large enough for the
+    helper thread (as a sample of its texts says), runs on that thread from the start and
+    opens its job (workers started) before locating the texts: the same lists; a Ctrl-C
+    before the job is opened still stops it (KeyboardInterrupt); a text that is not a str
+    raises TypeError naming it, with the opened job's threads ended.  A smaller batch of as
+    many texts stays on this thread."""
+    import bpe_cffi.progress as progress
+    import bpe_cffi.tokenizer as T
+    from bpe_cffi import Tokenizer, _batch_job
+    from conftest import vocab_path
+    tok = Tokenizer.from_tiktoken(vocab_path("cl100k_base.tiktoken"), pattern="cl100k")
+    n = _batch_job.EARLY_WORKERS_MIN
+    monkeypatch.setattr(T, "_CANCELLABLE_MIN", 30 * n)      # 4 MiB: too slow a test
+    docs = ["some words of text, %d of them" % k for k in range(n)]    # >= 30 characters
+    want = [tok.encode(d) for d in docs]
+    calls = []
+    real = progress.run_cancellable
+
+    def counted(call, prog, bars=None, cancel=None):
+        calls.append(call)
+        return real(call, prog, bars, cancel)
+
+    monkeypatch.setattr(progress, "run_cancellable", counted)
+    assert tok.encode_batch(docs, num_threads=2) == want
+    assert len(calls) == 1
+    assert tok.encode_batch([d[:20] for d in docs], num_threads=2) == \
+        [tok.encode(d[:20]) for d in docs]
+    assert len(calls) == 1              # too small: on this thread
+
+    def interrupted(call, prog, bars=None, cancel=None):
+        cancel()                        # as Ctrl-C would, before the job is opened
+        return call()
+
+    monkeypatch.setattr(progress, "run_cancellable", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tok.encode_batch(docs, num_threads=2)
+    monkeypatch.setattr(progress, "run_cancellable", real)
+    threads_before = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") \
+        else None
+    with pytest.raises(TypeError, match="4000"):
+        tok.encode_batch(docs[:4000] + [b"bytes"] + docs[4000:], num_threads=2)
+    if threads_before is not None:
+        assert len(os.listdir("/proc/self/task")) == threads_before
+    assert tok.encode_batch(docs, num_threads=2) == want
+
+
 def test_cli_encode(tmp_path, capsys):
     numpy = pytest.importorskip("numpy")
     from conftest import vocab_path
