@@ -1226,7 +1226,8 @@ def test_encode_batch_runs_only_the_collections_its_lists_make_due():
     once, while the result list holds few of them, not after everything.  None runs with the
     collector disabled or its threshold 0 (automatic collection off), whatever the lists'
     count, and the result is the same.  Asking whether it is due must not run it either:
-    that made one collection after every group, ~45 here, instead of ~2."""
+    that made one collection after every group, ~45 here, instead of ~2.  When the one due
+    next is of the middle generation, it is the one run early."""
     import gc
     from bpe_cffi import _idcache
     if not _idcache.FAST:
@@ -1246,6 +1247,15 @@ def test_encode_batch_runs_only_the_collections_its_lists_make_due():
         assert tok.encode_batch(docs, num_threads=2) == want
         assert runs, "20K lists made no collection due"
         assert len(runs) <= 4, f"{len(runs)} collections in one call of 20K lists"
+        # the collection due next is of the middle generation (its count has reached its
+        # threshold): it runs early, while the result list is short, and the last is young
+        gc.set_threshold(old[0], 1, 1000)
+        gc.collect(1)
+        gc.collect(0)
+        runs.clear()
+        assert tok.encode_batch(docs, num_threads=2) == want
+        assert runs[0] == 1 and runs[-1] == 0, runs
+        gc.set_threshold(*old)
         runs.clear()
         gc.disable()
         assert tok.encode_batch(docs, num_threads=2) == want
