@@ -1254,7 +1254,7 @@ def test_encode_batch_runs_only_the_collections_its_lists_make_due():
         gc.collect(0)
         runs.clear()
         assert tok.encode_batch(docs, num_threads=2) == want
-        assert runs[0] == 1 and runs[-1] == 0, runs
+        assert runs[0] == 1 and 1 not in runs[1:], runs
         gc.set_threshold(*old)
         runs.clear()
         gc.disable()
