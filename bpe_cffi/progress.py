@@ -177,6 +177,9 @@ class _KeptThread:
             self.handed.clear()      # before the job: the next one is handed only after it
             job, self.job = self.job, None
             job()                    # run_cancellable's worker: it never raises
+            # dropped now, not when the next call comes: the worker holds the call's result
+            # and the call what it used (encode_batch's copy of the texts list)
+            del job
 
     def hand(self, job) -> None:
         self.job = job

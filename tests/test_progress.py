@@ -225,6 +225,30 @@ def test_run_cancellable_keeps_one_thread_for_its_calls():
     assert progress.calls_running() == 0
 
 
+def test_run_cancellable_keeps_nothing_of_a_call_after_it_returns():
+    """The kept thread lets go of a call (its result, what it used) once the call is over,
+    not when the next call comes: a program that drops a large result (encode_batch's lists)
+    or its input gets the memory back."""
+    import time
+    import weakref
+    from bpe_cffi import progress
+    from bpe_cffi._native import ffi
+
+    class Thing:
+        pass
+
+    prog = ffi.new("bpe_progress *")
+    used, made = Thing(), Thing()
+    got = progress.run_cancellable(lambda: (used, made)[1], prog)
+    assert got is made
+    gone = [weakref.ref(used), weakref.ref(made)]
+    del used, made, got
+    deadline = time.monotonic() + 5
+    while any(r() is not None for r in gone) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [r() for r in gone] == [None, None]
+
+
 def test_run_cancellable_in_a_forked_child():
     """A child forked after the kept thread started (it does not exist in the child) runs
     its calls on a kept thread of its own."""

@@ -887,6 +887,8 @@ def test_encode_batch_of_many_texts_opens_its_job_first(monkeypatch):
     before the job is opened still stops it (KeyboardInterrupt); a text that is not a str
     raises TypeError naming it, with the opened job's threads ended.  A smaller batch of as
     many texts stays on this thread."""
+    import sys
+    import time
     import bpe_cffi.progress as progress
     import bpe_cffi.tokenizer as T
     from bpe_cffi import Tokenizer, _batch_job
@@ -900,12 +902,18 @@ def test_encode_batch_of_many_texts_opens_its_job_first(monkeypatch):
     real = progress.run_cancellable
 
     def counted(call, prog, bars=None, cancel=None):
-        calls.append(call)
+        calls.append(None)             # (not the call: it holds the job)
         return real(call, prog, bars, cancel)
 
     monkeypatch.setattr(progress, "run_cancellable", counted)
+    refs = sys.getrefcount(docs[0])
     assert tok.encode_batch(docs, num_threads=2) == want
     assert len(calls) == 1
+    deadline = time.monotonic() + 5      # its copy of the list is let go (on the helper)
+    while sys.getrefcount(docs[0]) != refs and time.monotonic() < deadline:
+        time.sleep(0.01)
+    now = sys.getrefcount(docs[0])       # (not inside the assert: pytest would hold docs[0])
+    assert now == refs
     assert tok.encode_batch([d[:20] for d in docs], num_threads=2) == \
         [tok.encode(d[:20]) for d in docs]
     assert len(calls) == 1              # too small: on this thread
