@@ -468,40 +468,47 @@ static int cut_text(bpe_batch_job *job, size_t i, size_t *cap, bpe_bytes *scratc
 
 /* Cuts the texts into groups of consecutive whole texts of about GROUP_BYTES, or, with
  * cut_large, a large text into parts (cut_text); sets job->total_size, job->n_results and
- * finished[].  BPE_ERR_ARG on decreasing ends or a bad kind. */
+ * finished[].  BPE_ERR_ARG on decreasing ends or a bad kind (the groups made before it are
+ * freed with the job).  One pass over the texts: 29.6K of them took 0.2-0.3 ms in two. */
 static int make_groups(bpe_batch_job *job, size_t n, int cut_large)
 {
     size_t i, cap = 0, size = 0, open = NONE;
     bpe_bytes scratch = {0};
-    int cut = 0;
-    for (i = 0; i < n; i++) {
-        if (job->ends[i] < text_start(job, i) || !kind_ok(job, i))
-            return BPE_ERR_ARG;
-        job->total_size += text_size(job, i);
-    }
-    for (i = 0; i < n; i++) {
-        if (cut_large && text_size(job, i) >= SPLIT_BYTES &&
+    int cut = 0, rc = BPE_OK;
+    for (i = 0; i < n && rc == BPE_OK; i++) {
+        size_t this_size;
+        if (job->ends[i] < text_start(job, i) || !kind_ok(job, i)) {
+            rc = BPE_ERR_ARG;
+            break;
+        }
+        this_size = text_size(job, i);
+        job->total_size += this_size;
+        if (cut_large && this_size >= SPLIT_BYTES &&
             (cut = cut_text(job, i, &cap, &scratch)) != 0) {
             open = NONE;                /* the group before it is closed */
             size = 0;
-            if (cut < 0)
-                break;
+            rc = cut < 0 ? BPE_ERR_NOMEM : BPE_OK;
             continue;
         }
         if (open == NONE) {
-            if (push_group(job, &cap, i) == NULL)
+            if (push_group(job, &cap, i) == NULL) {
+                rc = BPE_ERR_NOMEM;
                 break;
+            }
             open = job->n_groups - 1;
         }
         job->groups[open].count++;
-        size += text_size(job, i);
+        size += this_size;
         if (size >= GROUP_BYTES) {
             open = NONE;
             size = 0;
         }
     }
     bpe_bytes_free(&scratch);
-    if (i < n || (job->finished = malloc(job->n_groups * sizeof *job->finished)) == NULL)
+    if (rc != BPE_OK)
+        return rc;
+    if ((job->finished = malloc((job->n_groups ? job->n_groups : 1) *
+                                sizeof *job->finished)) == NULL)
         return BPE_ERR_NOMEM;
     for (i = 0; i < job->n_groups; i++)
         job->n_results += job->groups[i].join == NONE;
