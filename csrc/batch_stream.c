@@ -555,12 +555,20 @@ static int workers_for(const bpe_batch_job *job, size_t total_bytes)
     return wanted;
 }
 
-/* A job with no texts yet and no workers, or NULL when memory runs out. */
-static bpe_batch_job *new_job(const bpe_tokenizer *tok, int n_threads)
+/* A job of tok's with no texts yet and no workers in *job, or an error (*job NULL); *out
+ * (the caller's, checked) is set to NULL meanwhile: the job is published only when ready. */
+static int new_job(const bpe_tokenizer *tok, int n_threads, bpe_batch_job **out,
+                   bpe_batch_job **made)
 {
-    bpe_batch_job *job = calloc(1, sizeof *job);
-    if (job == NULL)
-        return NULL;
+    bpe_batch_job *job;
+    *made = NULL;
+    if (out == NULL)
+        return BPE_ERR_ARG;
+    *out = NULL;
+    if (tok == NULL || tok->pattern == BPE_PATTERN_EXTERNAL)
+        return BPE_ERR_ARG;
+    if ((job = calloc(1, sizeof *job)) == NULL)
+        return BPE_ERR_NOMEM;
     job->tok = tok;
     job->n_threads = n_threads;
     job->first_failed = NONE;
@@ -568,20 +576,17 @@ static bpe_batch_job *new_job(const bpe_tokenizer *tok, int n_threads)
     pthread_mutex_init(&job->lock, NULL);
     pthread_cond_init(&job->changed, NULL);
     bpe_work_open(tok, &job->caller_work);
-    return job;
+    *made = job;
+    return BPE_OK;
 }
 
 int bpe_batch_open(const bpe_tokenizer *tok, int n_threads, size_t n_texts,
                    bpe_batch_job **out)
 {
     bpe_batch_job *job;
-    if (out == NULL)
-        return BPE_ERR_ARG;
-    *out = NULL;
-    if (tok == NULL || tok->pattern == BPE_PATTERN_EXTERNAL)
-        return BPE_ERR_ARG;
-    if ((job = new_job(tok, n_threads)) == NULL)
-        return BPE_ERR_NOMEM;
+    int rc = new_job(tok, n_threads, out, &job);
+    if (rc != BPE_OK)
+        return rc;
     start_workers(job, bpe_thread_count(n_threads, n_texts) - 1);
     *out = job;
     return BPE_OK;
@@ -626,14 +631,9 @@ int bpe_batch_start(const bpe_tokenizer *tok, size_t n, const uint8_t *data,
                     const uint8_t *special_mode, int n_threads, bpe_batch_job **out)
 {
     bpe_batch_job *job;
-    int rc;
-    if (out == NULL)
-        return BPE_ERR_ARG;
-    *out = NULL;
-    if (tok == NULL || tok->pattern == BPE_PATTERN_EXTERNAL)
-        return BPE_ERR_ARG;
-    if ((job = new_job(tok, n_threads)) == NULL)
-        return BPE_ERR_NOMEM;
+    int rc = new_job(tok, n_threads, out, &job);
+    if (rc != BPE_OK)
+        return rc;
     if ((rc = bpe_batch_begin(job, n, data, starts, ends, kinds, special_mode)) != BPE_OK) {
         bpe_batch_finish(job);
         return rc;
