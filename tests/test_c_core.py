@@ -945,6 +945,25 @@ def test_job_batch_reports_the_first_failing_text():
                        for i, x in enumerate(lists))
 
 
+def outcome_within(fn, seconds=60):
+    """fn() run on a thread of its own: "done", the repr of what it raised, or "never ended"
+    when it has not returned within `seconds` (a hung job is left behind instead of hanging
+    the test run)."""
+    outcome = []
+
+    def run():
+        try:
+            fn()
+            outcome.append("done")
+        except Exception as exc:                  # noqa: BLE001 - the outcome
+            outcome.append(repr(exc))
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    runner.join(seconds)
+    return outcome[0] if outcome else "never ended"
+
+
 def test_job_batch_collected_step_by_step_never_waits_for_nothing():
     """Jobs of two equal groups on two threads, taken with bpe_batch_poll and bpe_batch_step
     as the id-list helper takes them, doing little with each group (so that the worker
@@ -961,7 +980,6 @@ def test_job_batch_collected_step_by_step_never_waits_for_nothing():
     first, count = ffi.new("size_t *"), ffi.new("size_t *")
     ids, id_ends, info = ffi.new("uint32_t **"), ffi.new("size_t **"), ffi.new("size_t *")
     job_p = ffi.new("bpe_batch_job **")
-    outcome = []
 
     def one_job():
         assert lib.bpe_batch_start(tok.ptr, 2, data, ffi.NULL, ends, ffi.NULL, ffi.NULL, 2,
@@ -981,15 +999,9 @@ def test_job_batch_collected_step_by_step_never_waits_for_nothing():
     def jobs():
         for _ in range(4000 if not LONG else 40_000):
             got = one_job()
-            if got != (lib.BPE_OK, 2):
-                outcome.append(got)
-                return
-        outcome.append("done")
+            assert got == (lib.BPE_OK, 2), got
 
-    runner = threading.Thread(target=jobs, daemon=True)   # a hung job: left behind
-    runner.start()
-    runner.join(60)
-    assert outcome == ["done"], "a job never ended" if not outcome else outcome
+    assert outcome_within(jobs) == "done"
 
 
 def test_job_batch_opened_before_its_texts():
@@ -1004,7 +1016,6 @@ def test_job_batch_opened_before_its_texts():
     ends = ffi.new("size_t[]", [sum(map(len, texts[:i + 1])) for i in range(len(texts))])
     first, count = ffi.new("size_t *"), ffi.new("size_t *")
     ids, id_ends, info = ffi.new("uint32_t **"), ffi.new("size_t **"), ffi.new("size_t *")
-    outcome = []
 
     def cases():
         job_p = ffi.new("bpe_batch_job **")
@@ -1038,17 +1049,7 @@ def test_job_batch_opened_before_its_texts():
                                    ffi.NULL) == lib.BPE_ERR_ARG
         lib.bpe_batch_finish(job_p[0])
 
-    def run_cases():
-        try:
-            cases()
-            outcome.append("done")
-        except Exception as exc:                  # noqa: BLE001 - reported below
-            outcome.append(repr(exc))
-
-    runner = threading.Thread(target=run_cases, daemon=True)   # a hung job: left behind
-    runner.start()
-    runner.join(60)
-    assert outcome == ["done"]
+    assert outcome_within(cases) == "done"
 
 
 def test_job_batch_early_finish_and_bad_arguments():
