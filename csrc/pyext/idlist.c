@@ -28,8 +28,9 @@
  * memory until broken by hand.
  *
  * Texts in: text_units tells encode_batch where each str keeps its characters, for C to read
- * them in place, and copies the caller's list in the same pass to hold them; join_utf8 writes the UTF-8 of a list of str end to end (a long non-ASCII
- * text for encode, the daemon's str requests), without a bytes object per text.
+ * them in place, and copies the caller's list in the same pass to hold them; join_utf8
+ * writes the UTF-8 of a list of str end to end (a long non-ASCII text for encode, the
+ * daemon's str requests), without a bytes object per text.
  *
  * Ids in: u32_ids checks and packs the ids given to decode, as operator.index reads them.
  *
