@@ -217,7 +217,8 @@ def test_encode_iterable_cut_anywhere_equals_encode(base_json, tmp_path, seed):
     for s in _random_texts(rng, N_TEXTS // 10):
         s = s * rng.randint(1, 4)
         whole = ours.encode(s)
-        assert whole == hf.encode(s, add_special_tokens=False).ids or not _hf_can(hf, s)
+        if _hf_can(hf, s):          # (HF panics on some; see _hf_can)
+            assert whole == hf.encode(s, add_special_tokens=False).ids
         for _ in range(5):
             cuts = sorted(rng.sample(range(len(s) + 1), min(3, len(s) + 1)))
             chunks = [s[a:b] for a, b in zip([0] + cuts, cuts + [len(s)])]
