@@ -178,44 +178,56 @@ static uint8_t *put_unit(uint32_t c, uint32_t next, int has_next, size_t *units,
     return bpe_put_utf8(c, o);
 }
 
-/* 1 if one of the n UCS-2 units at u is a surrogate (D800..DFFF). */
-static int has_surrogate(const uint16_t *u, size_t n)
+/* The units from u[*i] on that are not ASCII, up to the next ASCII one or the end, written
+ * at o (room for 3 bytes a unit); returns the end.  A surrogate takes put_unit (a pair is
+ * one character), any other unit bpe_put_bmp_wide, without a branch on its width. */
+static uint8_t *ucs2_wide_run(const uint16_t *u, size_t n, size_t *i, uint8_t *o)
 {
-    size_t i;
-    for (i = 0; i < n; i++)
-        if ((u[i] & 0xF800u) == 0xD800)
-            return 1;
-    return 0;
+    size_t j = *i, step;
+    while (j < n && u[j] >= 0x80) {
+        if ((u[j] & 0xF800u) != 0xD800) {
+            o = bpe_put_bmp_wide(u[j], o);
+            j++;
+        } else {
+            o = put_unit(u[j], j + 1 < n ? u[j + 1] : 0, j + 1 < n, &step, o);
+            j += step;
+        }
+    }
+    *i = j;
+    return o;
 }
 
-/* Eight characters at a time while they are ASCII (SSE2: English text in a UCS-2 str is
- * mostly ASCII between its curly quotes and dashes), then the next eight without a branch on
- * their widths (bpe_put_bmp_wide; o has room for 3 bytes a unit) unless one is a surrogate,
- * which takes put_unit one unit at a time. */
+/* Eight units at a time (SSE2): their low bytes are stored packed, and the run of ASCII ones
+ * they start with is kept (English text in a UCS-2 str is mostly ASCII between its curly
+ * quotes and dashes); the units after it, up to the next ASCII one, go one at a time
+ * (ucs2_wide_run).  o has room for 3 bytes a unit, so the 8 bytes stored always fit. */
 static uint8_t *ucs2_to_utf8(const uint16_t *u, size_t n, uint8_t *o)
 {
-    size_t i = 0, end, step;
+    size_t i = 0;
 #if defined(__SSE2__)
     const __m128i high = _mm_set1_epi16((short)0xFF80);
+    while (i + 8 <= n) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(u + i));
+        unsigned ascii = (unsigned)_mm_movemask_epi8(
+            _mm_cmpeq_epi16(_mm_and_si128(v, high), _mm_setzero_si128()));
+        size_t k;
+        _mm_storel_epi64((__m128i *)(void *)o, _mm_packus_epi16(v, v));
+        if (ascii == 0xFFFF) {
+            i += 8;
+            o += 8;
+            continue;
+        }
+        k = (size_t)__builtin_ctz(~ascii) / 2;     /* the ASCII units before the first other */
+        i += k;
+        o += k;
+        o = ucs2_wide_run(u, n, &i, o);
+    }
 #endif
     while (i < n) {
-#if defined(__SSE2__)
-        for (; i + 8 <= n; i += 8, o += 8) {
-            __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(u + i));
-            __m128i ascii = _mm_cmpeq_epi16(_mm_and_si128(v, high), _mm_setzero_si128());
-            if (_mm_movemask_epi8(ascii) != 0xFFFF)
-                break;
-            _mm_storel_epi64((__m128i *)(void *)o, _mm_packus_epi16(v, v));
-        }
-#endif
-        end = i + 8 < n ? i + 8 : n;
-        if (!has_surrogate(u + i, end - i)) {
-            for (; i < end; i++)
-                o = bpe_put_bmp_wide(u[i], o);
-        } else {
-            for (; i < end; i += step)
-                o = put_unit(u[i], i + 1 < n ? u[i + 1] : 0, i + 1 < n, &step, o);
-        }
+        if (u[i] < 0x80)
+            *o++ = (uint8_t)u[i++];
+        else
+            o = ucs2_wide_run(u, n, &i, o);
     }
     return o;
 }
