@@ -140,22 +140,47 @@ int bpe_utf8_replace_invalid(const uint8_t *buf, size_t len, bpe_bytes *out)
     return BPE_OK;
 }
 
-/* Sixteen characters at a time while they are ASCII (SSE2), then one at a time to the end of
- * the next block of sixteen. */
+/* The units from u[*i] on that are not ASCII (two bytes of UTF-8 each), up to the next
+ * ASCII one or the end, written at o; returns the end. */
+static uint8_t *latin1_wide_run(const uint8_t *u, size_t n, size_t *i, uint8_t *o)
+{
+    size_t j = *i;
+    for (; j < n && u[j] >= 0x80; j++, o += 2) {
+        o[0] = (uint8_t)(0xC0 | u[j] >> 6);
+        o[1] = (uint8_t)(0x80 | (u[j] & 0x3F));
+    }
+    *i = j;
+    return o;
+}
+
+/* Sixteen units at a time (SSE2): they are stored as they are, and the run of ASCII ones
+ * they start with is kept; the units after it, up to the next ASCII one, go one at a time
+ * (latin1_wide_run).  o has room for 2 bytes a unit, so the 16 bytes stored always fit. */
 static uint8_t *latin1_to_utf8(const uint8_t *u, size_t n, uint8_t *o)
 {
-    size_t i = 0, end;
-    while (i < n) {
+    size_t i = 0;
 #if defined(__SSE2__)
-        for (; i + 16 <= n; i += 16, o += 16) {
-            __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(u + i));
-            if (_mm_movemask_epi8(v) != 0)
-                break;
-            _mm_storeu_si128((__m128i *)(void *)o, v);
+    while (i + 16 <= n) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(u + i));
+        unsigned wide = (unsigned)_mm_movemask_epi8(v);    /* bit k: unit k is not ASCII */
+        size_t k;
+        _mm_storeu_si128((__m128i *)(void *)o, v);
+        if (wide == 0) {
+            i += 16;
+            o += 16;
+            continue;
         }
+        k = (size_t)__builtin_ctz(wide);            /* the ASCII units before the first other */
+        i += k;
+        o += k;
+        o = latin1_wide_run(u, n, &i, o);
+    }
 #endif
-        for (end = i + 16 < n ? i + 16 : n; i < end; i++)
-            o = bpe_put_utf8(u[i], o);
+    while (i < n) {
+        if (u[i] < 0x80)
+            *o++ = u[i++];
+        else
+            o = latin1_wide_run(u, n, &i, o);
     }
     return o;
 }
