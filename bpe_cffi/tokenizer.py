@@ -457,7 +457,6 @@ def _short_strs(texts) -> bool:
 _CANCELLABLE_MIN = 4 << 20
 
 
-
 def _join_utf8(texts: list):
     """(b"".join(_utf8(t) for t in texts), a size_t[] of the end of each), by the C helper
     when it can (no bytes object per text), else text by text (which also raises TypeError

@@ -856,7 +856,6 @@ def test_ctrl_c_stops_a_long_encode(tmp_path, what):
     assert still_running == "False"
 
 
-
 def test_ctrl_c_before_the_batch_job_exists_cancels_it(monkeypatch):
     """encode_batch starts its job on the thread that collects it; a Ctrl-C that comes before
     the job exists (cancel() finds nothing to cancel yet) still stops it once started:
@@ -879,6 +878,7 @@ def test_ctrl_c_before_the_batch_job_exists_cancels_it(monkeypatch):
     assert runs == [sum(map(len, docs))]
     monkeypatch.undo()
     assert tok.encode_batch(docs, num_threads=2) == want
+
 
 def test_encode_batch_of_many_texts_opens_its_job_first(monkeypatch):
     """A batch of EARLY_WORKERS_MIN texts or more, from the main thread, large enough for the
