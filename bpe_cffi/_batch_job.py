@@ -67,11 +67,11 @@ class BatchJob:
         nobody else sees, else the caller's, which is copied as it is read)."""
         try:
             if len(texts) >= EARLY_WORKERS_MIN and self.num_threads != 1 and \
-                    threading.current_thread() is threading.main_thread() and \
-                    sampled_units(texts) >= self.helper_min:
-                from .progress import run_cancellable
-                return run_cancellable(lambda: self._open_locate_collect(texts, own), None,
-                                       cancel=self.cancel)
+                    threading.current_thread() is threading.main_thread():
+                sampled = sampled_units(texts)
+                if sampled >= self.helper_min:       # run_batch: on the helper thread
+                    return self.run_batch(lambda: self._open_locate_collect(texts, own),
+                                          self.cancel, sampled)
             located = self._locate(texts, own)
             if not self.held:
                 return [], 0, 0
