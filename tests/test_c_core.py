@@ -1055,7 +1055,6 @@ def test_job_batch_opened_before_its_texts():
 def test_job_batch_early_finish_and_bad_arguments():
     tok, _ = native_tokenizer("gpt2")
     texts = corpus_texts(400, 4000)
-    expect = [tok.encode(t) for t in texts[:100]]
     for stop_after in [0, 1, 3]:                 # finish while workers are still encoding
         lists, rc, _ = job_batch(tok, texts, n_threads=3, stop_after=stop_after)
         got = [(i, x) for i, x in enumerate(lists) if x is not None]
