@@ -212,7 +212,12 @@ OURS_SYNTAX = [r"\N{SPACE}+|.", r"[\N{EM DASH}\N{SPACE}]+|\w+", r"(?s).", r"(?s:
 
 @pytest.mark.parametrize("pattern", OURS_SYNTAX)
 def test_patterns_in_our_syntax_are_written_for_hf_alike(pattern):
+    import regex
     from bpe_cffi.regex_dialects import ours_to_onig
+    try:
+        regex.compile(pattern)
+    except regex.error as exc:   # regex 2026.1.15, the last for Python 3.9, lacks \z
+        pytest.skip(f"regex {regex.__version__} does not read {pattern!r}: {exc}")
     onig = ours_to_onig(pattern)
     texts = ["a   b\nc\n\n d", "aa a\u2014 \u2014b XXx x", "\u00e9t\u00e9 1\u00b2 \u0663\n", "  \n",
              "AaA aaa\na", "word_under score-dash  ", "xU0001F600 \U0001F600\U0001F601\U0001F64F!",

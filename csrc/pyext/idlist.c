@@ -281,14 +281,39 @@ static void gc_resume(int was_on)
         PyGC_Enable();
 }
 #else
+/* Before 3.10 there is no C API for it: the gc module's isenabled, disable and enable, which
+ * do the same.  An exception already set (gc_resume after a failure) is kept aside meanwhile;
+ * should one of the calls fail itself, the collector is left as it is. */
+static int gc_call(const char *method, int *result)
+{
+    PyObject *type, *value, *trace, *gc, *r = NULL;
+    int ok;
+    PyErr_Fetch(&type, &value, &trace);
+    if ((gc = PyImport_ImportModule("gc")) != NULL) {
+        r = PyObject_CallMethod(gc, method, NULL);
+        Py_DECREF(gc);
+    }
+    ok = r != NULL;
+    if (ok && result != NULL)
+        *result = PyObject_IsTrue(r) == 1;
+    Py_XDECREF(r);
+    PyErr_Clear();
+    PyErr_Restore(type, value, trace);
+    return ok ? 0 : -1;
+}
+
 static int gc_pause(void)
 {
-    return 0;    /* before 3.10 no C API: the collector runs as it would */
+    int on = 0;
+    if (gc_call("isenabled", &on) < 0 || !on)
+        return 0;
+    return gc_call("disable", NULL) == 0;
 }
 
 static void gc_resume(int was_on)
 {
-    (void)was_on;
+    if (was_on)
+        gc_call("enable", NULL);
 }
 #endif
 
