@@ -2,6 +2,7 @@
 
     python benchmarks/bench_single.py [--mb 8] [--pairs 9] [--vocab gpt2 cl100k_base o200k_base]
                                       [--corpus en_books code multilingual web] [--same-text]
+                                      [--cache-capacity N [N ...]]
 
 On a shared machine the speed of both encoders drifts from second to second, so a ratio of two
 separately measured bests can be off by 2x.  Here each pair times tiktoken's encode_ordinary
@@ -13,7 +14,9 @@ tiktoken first; a corpus too short for pairs + 1 slices is reused from slice 1 o
 said).  So our word cache is warm from the corpus's earlier text, as in steady use, but never
 holds the very text being timed; tiktoken has no such cache.  --same-text times one slice
 over and over instead (what the first versions of this script did; it flatters a cache that
-can hold all of a text's words).
+can hold all of a text's words).  --cache-capacity N M ... times one tokenizer per word-cache
+capacity in every pair (the order rotating), a row each: the capacities compared on the same
+texts in the same seconds.
 """
 import argparse
 import lzma
@@ -29,12 +32,13 @@ if not SHARED.exists():   # a git worktree: the data sits next to the main check
 PATTERN = {"gpt2": "gpt2", "cl100k_base": "cl100k", "o200k_base": "o200k"}
 
 
-def tokenizer(name: str):
+def tokenizer(name: str, cache_capacity=None):
     from bpe_cffi import Tokenizer
     vocab = SHARED / "vocab"
+    extra = {} if cache_capacity is None else {"cache_capacity": cache_capacity}
     if name == "gpt2":
-        return Tokenizer.from_files(vocab / "gpt2_vocab.json", vocab / "gpt2_merges.txt")
-    return Tokenizer.from_tiktoken(vocab / f"{name}.tiktoken", pattern=PATTERN[name])
+        return Tokenizer.from_files(vocab / "gpt2_vocab.json", vocab / "gpt2_merges.txt", **extra)
+    return Tokenizer.from_tiktoken(vocab / f"{name}.tiktoken", pattern=PATTERN[name], **extra)
 
 
 def read_slices(corpus: str, mb: float, n: int) -> list:
@@ -60,6 +64,16 @@ def timed(fn, text) -> float:
     return time.perf_counter() - t0
 
 
+def time_pair(enc, toks, text, i) -> list:
+    """[tiktoken's time, then each of toks'] on text, taken in an order that rotates with i."""
+    fns = [enc.encode_ordinary] + [t.encode_ordinary for t in toks]
+    took = [0.0] * len(fns)
+    for k in range(len(fns)):
+        j = (i + k) % len(fns)
+        took[j] = timed(fns[j], text)
+    return took
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=float, default=8.0)
@@ -68,6 +82,8 @@ def main() -> int:
     ap.add_argument("--corpus", nargs="+", default=["en_books", "code", "multilingual", "web"])
     ap.add_argument("--same-text", action="store_true",
                     help="time one slice over and over (flatters our word cache)")
+    ap.add_argument("--cache-capacity", type=int, nargs="+", default=[None],
+                    help="word-cache capacities to compare, a tokenizer each (default: ours)")
     a = ap.parse_args()
     sys.path.insert(0, str(SHARED / "vocab"))
     from offline_tiktoken import get_encoding
@@ -80,22 +96,24 @@ def main() -> int:
         if not a.same_text and len(parts) < a.pairs + 1:
             print(f"({corpus}: {len(parts)} slices of {a.mb} MB; pairs reuse slices 1..)")
     for name in a.vocab:
-        enc, tok = get_encoding(name), tokenizer(name)
+        enc = get_encoding(name)
+        toks = [tokenizer(name, c) for c in a.cache_capacity]
         for corpus, parts in slices.items():
-            if tok.encode_ordinary(parts[0]) != enc.encode_ordinary(parts[0]):
+            if any(t.encode_ordinary(parts[0]) != enc.encode_ordinary(parts[0]) for t in toks):
                 print(f"{name} {corpus}: ids differ from tiktoken")
                 return 1
-            ratios, ours = [], []
+            ratios, ours = [[] for _ in toks], [[] for _ in toks]
             for i in range(a.pairs):
                 text = parts[0] if len(parts) == 1 else parts[1 + i % (len(parts) - 1)]
-                if i % 2:
-                    t_ours, t_tik = timed(tok.encode_ordinary, text), timed(enc.encode_ordinary, text)
-                else:
-                    t_tik, t_ours = timed(enc.encode_ordinary, text), timed(tok.encode_ordinary, text)
-                ratios.append(t_tik / t_ours)
-                ours.append(len(text.encode()) / t_ours / 1e6)
-            print(f"{name:12s} {corpus:13s} ours {statistics.median(ours):6.1f} MB/s   ratio "
-                  f"{statistics.median(ratios):5.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]")
+                took = time_pair(enc, toks, text, i)
+                for k in range(len(toks)):
+                    ratios[k].append(took[0] / took[1 + k])
+                    ours[k].append(len(text.encode()) / took[1 + k] / 1e6)
+            for k, cap in enumerate(a.cache_capacity):
+                label = "" if cap is None else f"cache {cap:<8d} "
+                print(f"{name:12s} {corpus:13s} {label}ours {statistics.median(ours[k]):6.1f} MB/s"
+                      f"   ratio {statistics.median(ratios[k]):5.2f}x "
+                      f"[{min(ratios[k]):.2f}-{max(ratios[k]):.2f}]")
     return 0
 
 
