@@ -80,6 +80,13 @@ def ascii_address(text) -> int:
     return _idlist.ascii_address(text) if FAST else 0
 
 
+def str_storage(text):
+    """(address, kind) of an exact str's characters where CPython keeps them: kind 0 when they
+    are all ASCII (then they are its UTF-8), else the bytes of each (1, 2 or 4: BPE_TEXT_*);
+    None for anything else or without the helper.  Valid while the caller holds text."""
+    return _idlist.str_storage(text) if FAST else None
+
+
 def text_units(texts: list, own: bool = False):
     """(held, starts, ends, kinds) locating the characters of each str of texts where CPython
     keeps them, for bpe_batch_start (see text_units in idlist.c), or None for an item that is

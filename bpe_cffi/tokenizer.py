@@ -430,8 +430,9 @@ def _piece_ends_walk(rx, text: str, data: bytes) -> list:
     return ends
 
 
-# From this many characters on, a non-ASCII str's UTF-8 is written by the helper extension
-# (2-3x faster than str.encode on 4 MB of text; for short texts the call costs more).
+# From this many characters on, a non-ASCII str is read where it lies and C writes its UTF-8
+# a part at a time as it encodes (bpe_encode_units); a shorter one goes through str.encode,
+# which costs less than the longer path's setup there.
 _HELPER_UTF8_MIN = 4096
 
 # A batch of at most _FEW_TEXTS strs of at most _FEW_CHARS characters in all is encoded text
@@ -1162,16 +1163,17 @@ class Tokenizer(TiktokenMethods):
 
     def _encode_text(self, text, mode) -> list:
         """The ids of a str (mode: a special-token mode array, or ffi.NULL for none).  An
-        all-ASCII str is read in place, its characters being its UTF-8; any other is encoded
-        to UTF-8 first (a long one by the helper extension)."""
+        all-ASCII str is read in place, its characters being its UTF-8; a long one of other
+        characters too, converted by C as it encodes; any other is encoded to UTF-8 first."""
         if not self._py_path:
             address = _idcache.ascii_address(text)
             if address:
                 return self._encode_c(ffi.cast("const uint8_t *", address), mode, len(text))
+            storage = None
             if type(text) is str and len(text) >= _HELPER_UTF8_MIN:
-                joined = _idcache.join_utf8([text])    # None for a lone surrogate
-                if joined is not None:
-                    return self._encode_c(joined[0], mode)
+                storage = _idcache.str_storage(text)
+            if storage is not None:
+                return self._encode_units(text, storage[0], storage[1], mode)
         data = _utf8(text)
         if self._py_path:
             return self._encode_py(data, mode)
@@ -1181,29 +1183,43 @@ class Tokenizer(TiktokenMethods):
         """The ids of UTF-8 data (bytes, or a pointer to `size` bytes that the caller keeps
         alive) by the C pre-tokenizer and encoder (mode: a special-token mode array, or
         ffi.NULL for none)."""
+        n = len(data) if size is None else size
+        return self._encode_call(
+            lambda ptr, cancel, out, info:
+                lib.bpe_encode_cancellable(ptr, data, n, mode, cancel, out, info), n)
+
+    def _encode_units(self, text, address, kind, mode) -> list:
+        """The ids of an exact str whose characters lie at address, kind bytes each (0: ASCII,
+        its UTF-8): C converts them to UTF-8 a part at a time as it encodes
+        (bpe_encode_units), instead of this thread converting the whole text first.  The
+        caller holds text meanwhile."""
+        units = ffi.cast("const uint8_t *", address)
+        n = len(text)
+        return self._encode_call(
+            lambda ptr, cancel, out, info:
+                lib.bpe_encode_units(ptr, units, n, kind, mode, cancel, out, info), n)
+
+    def _encode_call(self, call, n) -> list:
+        """The list of the ids that call(tokenizer pointer, cancel flag, bpe_ids *, size_t *
+        info) appends, for a text of about n bytes; an error code it returns is raised.  From
+        n = _CANCELLABLE_MIN on, the main thread runs it on a helper thread: Ctrl-C there
+        sets the cancel flag, waits for the call to stop and raises KeyboardInterrupt."""
         out = ffi.new("bpe_ids *")
         info = ffi.new("size_t *")
-        n = len(data) if size is None else size
+        ptr = self._handle()
         try:
             if n >= _CANCELLABLE_MIN and threading.current_thread() is threading.main_thread():
-                rc = self._encode_cancellable(data, n, mode, out, info)
+                from .progress import new_progress, run_cancellable
+                prog = new_progress()
+                cancel = ffi.addressof(prog, "cancel")
+                rc = run_cancellable(lambda: call(ptr, cancel, out, info), prog)
             else:
-                rc = lib.bpe_encode(self._handle(), data, n, mode, out, info)
+                rc = call(ptr, ffi.NULL, out, info)
             if rc:
                 self._raise_encode(rc, info[0])
             return _ids(out.ids, out.len)
         finally:
             lib.bpe_ids_free(out)
-
-    def _encode_cancellable(self, data, n, mode, out, info) -> int:
-        """bpe_encode of a long text on a helper thread: Ctrl-C in this (main) thread sets
-        the call's cancel flag, waits for it to stop and raises KeyboardInterrupt."""
-        from .progress import new_progress, run_cancellable
-        prog = new_progress()
-        ptr = self._handle()
-        cancel = ffi.addressof(prog, "cancel")
-        return run_cancellable(
-            lambda: lib.bpe_encode_cancellable(ptr, data, n, mode, cancel, out, info), prog)
 
     def encode_ordinary(self, text) -> list:
         """Token ids of `text`, special tokens treated as ordinary text."""

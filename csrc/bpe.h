@@ -276,6 +276,14 @@ size_t bpe_text_cuts(const bpe_tokenizer *tok, const uint8_t *units, size_t n, i
                      const uint8_t *special_mode, size_t part_units, size_t *cuts,
                      size_t max_cuts, bpe_bytes *scratch);
 
+/* bpe_encode_cancellable of one text of n code units of `kind` (BPE_TEXT_*, as for
+ * bpe_batch_start: surrogates as there, BPE_ERR_TEXT above U+10FFFF), without its UTF-8 ever
+ * made whole: it is converted and encoded a part at a time, cut where bpe_text_cuts cuts
+ * (encode_units.c).  The ids are those of bpe_encode of the text's UTF-8. */
+int bpe_encode_units(const bpe_tokenizer *tok, const uint8_t *units, size_t n, int kind,
+                     const uint8_t *special_mode, const int *cancel, bpe_ids *out,
+                     size_t *info);
+
 /* bpe_batch_next without waiting or encoding: a group already finished, the error or the
  * end as bpe_batch_next would return them, or BPE_BATCH_PENDING (*count 0) when nothing is
  * ready yet (call bpe_batch_next then).  For a caller that holds a lock it should not hold

@@ -2,8 +2,7 @@
 cut texts of csrc/batch_stream.c).  The cut points are checked against tiktoken directly
 (encoding the two sides of each cut separately gives tiktoken's ids of the whole), and
 encode_batch of large texts against tiktoken's ids, with special tokens put where the parts
-would naturally end; texts Python keeps as Latin-1, UCS-2 (with surrogates) and UCS-4 against
-our own unsplit encode."""
+would naturally end; texts Python keeps as Latin-1, UCS-2 (with surrogates) and UCS-4 too."""
 import random
 
 import pytest
@@ -119,8 +118,8 @@ def test_encode_batch_of_large_texts_gives_tiktoken_ids(vocab):
 def test_storage_kinds_and_surrogates_match_unsplit_encode():
     """Strs stored as Latin-1, UCS-2 and UCS-4, with lone surrogates and high + low pairs
     (one character to the encoder) near every place a part aims to end: encode_batch gives
-    what encode gives (the unsplit path, checked against tiktoken elsewhere)."""
-    tok = ours("o200k_base")
+    tiktoken's ids, as encode does."""
+    tok, enc = ours("o200k_base"), reference("o200k_base")
     rng = random.Random(3)
     prose = corpus_text("en_books", 1_400_000)
     latin = prose.replace("e", "\xe9")
@@ -133,7 +132,8 @@ def test_storage_kinds_and_surrogates_match_unsplit_encode():
             surrogates[k * (PART // 8) + d] = rng.choice(["\ud83d\ude00"[d % 2]] * 4 +
                                                          ["\udfff", " ", "a"])
     texts = [latin, ucs2, ucs4, "".join(surrogates)]
-    expect = [tok.encode(t) for t in texts]
+    expect = [enc.encode(t, allowed_special="all") for t in texts]
+    assert [tok.encode(t) for t in texts] == expect
     assert tok.encode_batch(texts, num_threads=2) == expect
     assert [tok.encode_batch([t], num_threads=3)[0] for t in texts] == expect
 

@@ -1232,9 +1232,22 @@ static PyObject *ascii_address(PyObject *self, PyObject *text)
     return PyLong_FromLong(0);
 }
 
+/* str_storage(text) -> (address, kind) of an exact str's characters: kind as str_kind (0 when
+ * they are ASCII, which is their UTF-8, else the width of the code units CPython stores),
+ * len(text) of them; None for anything else.  As for ascii_address, the caller holds text
+ * while C reads there. */
+static PyObject *str_storage(PyObject *self, PyObject *text)
+{
+    (void)self;
+    if (str_units(text) < 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(Ni)", PyLong_FromVoidPtr(PyUnicode_DATA(text)), (int)str_kind(text));
+}
+
 static PyMethodDef methods[] = {
     {"join_utf8", join_utf8, METH_O, "join_utf8(list of str) -> (bytes, size_t ends) or None"},
     {"ascii_address", ascii_address, METH_O, "ascii_address(str) -> address of ASCII text or 0"},
+    {"str_storage", str_storage, METH_O, "str_storage(str) -> (address, kind) or None"},
     {"text_units", text_units, METH_VARARGS,
      "text_units(list of str, own) -> (held list, starts, ends, kinds) or None"},
     {"ids_list", ids_list, METH_VARARGS, "ids_list(address, n, cache) -> list"},
