@@ -42,6 +42,7 @@
 #endif
 
 #define CANCEL_EVERY 4096   /* pieces between two looks at the cancel flag */
+#define PRESIZE_MIN 65536   /* texts from this size on get room for their ids first */
 
 void bpe_work_open(const bpe_tokenizer *tok, bpe_work *w)
 {
@@ -351,6 +352,12 @@ int bpe_encode(const bpe_tokenizer *tok, const uint8_t *text, size_t len,
     return bpe_encode_cancellable(tok, text, len, special_mode, NULL, out, info);
 }
 
+void bpe_ids_presize(bpe_ids *out, size_t n)
+{
+    if (n >= PRESIZE_MIN)
+        (void)bpe_ids_reserve(out, n / 3);   /* a hint: without it the ids grow as they come */
+}
+
 int bpe_encode_cancellable(const bpe_tokenizer *tok, const uint8_t *text, size_t len,
                            const uint8_t *special_mode, const int *cancel, bpe_ids *out,
                            size_t *info)
@@ -359,6 +366,7 @@ int bpe_encode_cancellable(const bpe_tokenizer *tok, const uint8_t *text, size_t
     int rc = check_encode_args(tok, text, len, out);
     if (rc != BPE_OK || len == 0)
         return rc;
+    bpe_ids_presize(out, len);
     bpe_work_open(tok, &w);
     rc = bpe_encode_work(tok, &w, text, len, special_mode, out, info, cancel);
     bpe_work_close(&w);

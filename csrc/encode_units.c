@@ -71,6 +71,7 @@ int bpe_encode_units(const bpe_tokenizer *tok, const uint8_t *units, size_t n, i
     n_cuts = tok->model != NULL ? 0 : bpe_text_cuts(tok, units, n, kind, special_mode,
                                                      PART_UNITS, cuts, max_cuts, &utf8);
     old = out->len;
+    bpe_ids_presize(out, n);
     bpe_work_open(tok, &w);
     rc = encode_parts(tok, &w, units, n, kind, cuts, n_cuts, special_mode, cancel, &utf8, out,
                       info);
