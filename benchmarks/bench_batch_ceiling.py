@@ -9,16 +9,16 @@ encode_batch(docs, num_threads=2) on the same text cut at blank lines (~30K docu
 do the same C encoding; what differs is Python's part.  Measured here, in one process, turn
 about, medians over the rounds (ms):
 
-  C single     bpe_encode of the whole text's UTF-8 (no list, no conversion)
+  C single     the single call's C part: bpe_encode_units of the str where CPython keeps it
+               (its UTF-8 made part by part as it is encoded; no list)
   C batch 1/2  the batch job alone (bpe_batch_start / bpe_batch_next) on 1 and 2 threads
-  utf8         the single call's UTF-8 conversion of the str (0 for an ASCII text)
   make/free 1  one list of all the ids, and freeing it
   make/free N  one list per document (the same ids), and freeing them (CPython's list_dealloc)
   units        list(docs) and locating each str's characters, before the batch job starts
 
 Ceiling: if the C encoding split perfectly over 2 threads and the caller's list making were
 shared evenly with the worker, a batch call would still take C/2 + make N/2 + free N + units,
-against C + utf8 + make 1 + free 1 for the single call; the ratio of the two is the most any
+against C + make 1 + free 1 for the single call; the ratio of the two is the most any
 batch implementation that returns these lists could show in the yardstick's terms.  The
 measured ratios (whole calls, freeing included) are printed beside it, and a second ceiling
 for a batch whose N lists cost no more to make than one list and that starts at once.
@@ -42,7 +42,7 @@ class Parts:
         from bpe_cffi.tokenizer import size_t_array
         self.ffi, self.lib, self.idcache = ffi, lib, _idcache
         self.tok, self.text, self.docs = tok, text, docs
-        self.data = text.encode("utf-8")
+        self.storage = _idcache.str_storage(text)        # (address, kind), as encode reads it
         bdocs = [d.encode("utf-8") for d in docs]
         self.flat = b"".join(bdocs)
         self.ends = size_t_array(itertools.accumulate(map(len, bdocs)))
@@ -54,10 +54,12 @@ class Parts:
         self.id_ends_at = int(ffi.cast("uintptr_t", self.id_ends))
 
     def c_single(self):
-        out = self.ffi.new("bpe_ids *")
-        info = self.ffi.new("size_t *")
-        rc = self.lib.bpe_encode(self.tok._handle(), self.data, len(self.data), self.ffi.NULL,
-                                 out, info)
+        ffi = self.ffi
+        out = ffi.new("bpe_ids *")
+        info = ffi.new("size_t *")
+        units = ffi.cast("const uint8_t *", self.storage[0])
+        rc = self.lib.bpe_encode_units(self.tok._handle(), units, len(self.text),
+                                       self.storage[1], ffi.NULL, ffi.NULL, out, info)
         self.lib.bpe_ids_free(out)
         assert rc == 0, rc
 
@@ -77,11 +79,6 @@ class Parts:
                     return
         finally:
             lib.bpe_batch_finish(job[0])
-
-    def utf8(self):
-        if self.text.isascii():
-            return None
-        return self.idcache.join_utf8([self.text])
 
     def make_one(self):
         return self.idcache.ids_list(self.ids_at, self.n_ids)
@@ -112,7 +109,7 @@ def measure(p: Parts, rounds: int):
     """Medians (ms) of every part, the parts taken turn about in each round."""
     calls = {"single": p.single, "batch 2": p.batch(2), "batch 1": p.batch(1),
              "C single": p.c_single, "C batch 1": lambda: p.c_batch(1),
-             "C batch 2": lambda: p.c_batch(2), "utf8": p.utf8, "units": p.units}
+             "C batch 2": lambda: p.c_batch(2), "units": p.units}
     kept = {k: None for k in calls}
     got = {k: [] for k in list(calls) + ["make 1", "free 1", "make N", "free N"]}
     for _ in range(rounds):
@@ -144,9 +141,9 @@ def main():
         p = Parts(tok, text, docs)
         m = measure(p, a.rounds)
         print(f"\n{name}: {p.n_ids} ids\n  " + "  ".join(f"{k} {v:.1f}" for k, v in m.items()))
-        single = m["C single"] + m["utf8"] + m["make 1"] + m["free 1"]
+        single = m["C single"] + m["make 1"] + m["free 1"]
         batch = m["C single"] / 2 + m["make N"] / 2 + m["free N"] + m["units"]
-        print(f"  ceiling batch(2)/single: ({m['C single']:.1f} + {m['utf8']:.1f} + "
+        print(f"  ceiling batch(2)/single: ({m['C single']:.1f} + "
               f"{m['make 1']:.1f} + {m['free 1']:.1f}) / ({m['C single'] / 2:.1f} + "
               f"{m['make N'] / 2:.1f} + {m['free N']:.1f} + {m['units']:.1f}) = "
               f"{single / batch:.2f}x; with lists made at the cost of one and no units: "
