@@ -38,7 +38,7 @@ from ._batch_job import BatchJob
 from ._native import ffi, lib, raise_for
 from .tiktoken_api import TiktokenMethods
 
-DEFAULT_CACHE_CAPACITY = 65536    # word-cache entries per work slot (32 B of table, ~20 B of record)
+DEFAULT_CACHE_CAPACITY = 65536    # word-cache entries per slot (32 B of table, ~20 B of record)
 
 _RULE_C = {formats.RULE_MERGES: lib.BPE_RULE_MERGES, formats.RULE_TIKTOKEN: lib.BPE_RULE_TIKTOKEN}
 
