@@ -74,12 +74,6 @@ def parse_tiktoken(raw: bytes):
     return _idlist.parse_tiktoken(raw) if FAST else None
 
 
-def ascii_address(text) -> int:
-    """The address of an exact str's characters when they are all ASCII (then they are its
-    UTF-8), else 0; 0 as well without the helper.  Valid while the caller holds text."""
-    return _idlist.ascii_address(text) if FAST else 0
-
-
 def str_storage(text):
     """(address, kind) of an exact str's characters where CPython keeps them: kind 0 when they
     are all ASCII (then they are its UTF-8), else the bytes of each (1, 2 or 4: BPE_TEXT_*);

@@ -1166,24 +1166,18 @@ class Tokenizer(TiktokenMethods):
         all-ASCII str is read in place, its characters being its UTF-8; a long one of other
         characters too, converted by C as it encodes; any other is encoded to UTF-8 first."""
         if not self._py_path:
-            address = _idcache.ascii_address(text)
-            if address:
-                return self._encode_c(ffi.cast("const uint8_t *", address), mode, len(text))
-            storage = None
-            if type(text) is str and len(text) >= _HELPER_UTF8_MIN:
-                storage = _idcache.str_storage(text)
-            if storage is not None:
+            storage = _idcache.str_storage(text)       # None: not exactly a str
+            if storage is not None and (storage[1] == 0 or len(text) >= _HELPER_UTF8_MIN):
                 return self._encode_units(text, storage[0], storage[1], mode)
         data = _utf8(text)
         if self._py_path:
             return self._encode_py(data, mode)
         return self._encode_c(data, mode)
 
-    def _encode_c(self, data, mode, size=None) -> list:
-        """The ids of UTF-8 data (bytes, or a pointer to `size` bytes that the caller keeps
-        alive) by the C pre-tokenizer and encoder (mode: a special-token mode array, or
-        ffi.NULL for none)."""
-        n = len(data) if size is None else size
+    def _encode_c(self, data, mode) -> list:
+        """The ids of UTF-8 data (bytes) by the C pre-tokenizer and encoder (mode: a
+        special-token mode array, or ffi.NULL for none)."""
+        n = len(data)
         return self._encode_call(
             lambda ptr, cancel, out, info:
                 lib.bpe_encode_cancellable(ptr, data, n, mode, cancel, out, info), n)

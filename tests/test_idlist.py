@@ -506,25 +506,30 @@ def test_pack_batch_reply_is_what_msgpack_packs():
 
 
 def test_ascii_text_is_read_in_place_and_only_ascii():
-    """encode reads an all-ASCII str where it lies (its characters are its UTF-8); a str of
-    one-byte characters that are not all ASCII (Latin-1: 'é' is one byte in the str, two in
-    UTF-8) must not be, nor a str subclass or anything else.  A long non-ASCII str is written
-    to UTF-8 by the helper; with a lone surrogate, by the str path (U+FFFD, as tiktoken)."""
+    """encode reads an all-ASCII str where it lies as UTF-8 (its characters are its UTF-8); a
+    str of one-byte characters that are not all ASCII (Latin-1: 'é' is one byte in the str,
+    two in UTF-8) must not be read as UTF-8, and a str subclass or anything else not at all.
+    A long non-ASCII str is read where it lies and converted by C as it is encoded, a lone
+    surrogate as U+FFFD (as tiktoken); a short one goes through the str path."""
     ascii_text = "plain ASCII text, with digits 12345 and\ttabs\n" * 200
-    assert _idcache.ascii_address(ascii_text) != 0
-    assert _idcache.ascii_address("") != 0
-    for other in ["café", "\x80", "漢字", "🎉", b"bytes", 42, None]:
-        assert _idcache.ascii_address(other) == 0, other
+    for text in [ascii_text, ""]:
+        address, kind = _idcache.str_storage(text)
+        assert address != 0 and kind == 0
+    for other, width in [("café", 1), ("\x80", 1), ("漢字", 2), ("🎉", 4)]:
+        address, kind = _idcache.str_storage(other)
+        assert address != 0 and kind == width, other
+    for other in [b"bytes", 42, None]:
+        assert _idcache.str_storage(other) is None, other
 
     class Sub(str):
         pass
 
-    assert _idcache.ascii_address(Sub("abc")) == 0
+    assert _idcache.str_storage(Sub("abc")) is None
     tok = ours("cl100k_base")
     for text in [ascii_text, "", "a", "café au lait " * 50, "naïve " * 1000 + "end",
                  "x" * 100_000 + "<|endoftext|>" + "y" * 10,
-                 "漢字とかな、Ελληνικά, русский 🎉 " * 500 + "<|endoftext|>é",   # long: helper
-                 "lone \ud800 surrogate " * 500]:                     # long: str path
+                 "漢字とかな、Ελληνικά, русский 🎉 " * 500 + "<|endoftext|>é",   # long: in place
+                 "lone \ud800 surrogate " * 500]:                  # long: in place, U+FFFD
         want = tok.encode(Sub(text))                 # the copying path
         assert tok.encode(text) == want
         assert tok.encode_ordinary(text) == tok.encode_ordinary(Sub(text))

@@ -1214,28 +1214,11 @@ static PyObject *text_units(PyObject *self, PyObject *args)
     return result;
 }
 
-/* ascii_address(text) -> the address of text's characters when text is an exact str of
- * ASCII only (CPython stores those one byte per character, which is their UTF-8), else 0.
- * The caller encodes straight from there instead of copying the text into a bytes object;
- * it holds `text` for as long as it reads the address (a str never changes or moves). */
-static PyObject *ascii_address(PyObject *self, PyObject *text)
-{
-    (void)self;
-    if (!PyUnicode_CheckExact(text))
-        return PyLong_FromLong(0);
-#if PY_VERSION_HEX < 0x030C0000
-    if (!PyUnicode_IS_READY(text))   /* a legacy str not laid out yet (gone in 3.12) */
-        return PyLong_FromLong(0);
-#endif
-    if (PyUnicode_IS_ASCII(text))
-        return PyLong_FromVoidPtr(PyUnicode_DATA(text));
-    return PyLong_FromLong(0);
-}
-
 /* str_storage(text) -> (address, kind) of an exact str's characters: kind as str_kind (0 when
  * they are ASCII, which is their UTF-8, else the width of the code units CPython stores),
- * len(text) of them; None for anything else.  As for ascii_address, the caller holds text
- * while C reads there. */
+ * len(text) of them; None for anything else.  The caller encodes straight from there instead
+ * of copying the text; it holds `text` for as long as it reads the address (a str never
+ * changes or moves). */
 static PyObject *str_storage(PyObject *self, PyObject *text)
 {
     (void)self;
@@ -1246,7 +1229,6 @@ static PyObject *str_storage(PyObject *self, PyObject *text)
 
 static PyMethodDef methods[] = {
     {"join_utf8", join_utf8, METH_O, "join_utf8(list of str) -> (bytes, size_t ends) or None"},
-    {"ascii_address", ascii_address, METH_O, "ascii_address(str) -> address of ASCII text or 0"},
     {"str_storage", str_storage, METH_O, "str_storage(str) -> (address, kind) or None"},
     {"text_units", text_units, METH_VARARGS,
      "text_units(list of str, own) -> (held list, starts, ends, kinds) or None"},
