@@ -399,10 +399,7 @@ static size_t text_size(const bpe_batch_job *job, size_t i)
 static int kind_ok(const bpe_batch_job *job, size_t i)
 {
     int kind = text_kind(job, i);
-    if (kind == BPE_TEXT_UTF8 || kind == BPE_TEXT_LATIN1)
-        return 1;
-    return (kind == BPE_TEXT_UCS2 || kind == BPE_TEXT_UCS4) &&
-           (uintptr_t)job->starts[i] % (uintptr_t)kind == 0;
+    return kind == BPE_TEXT_UTF8 || bpe_units_ok(job->starts[i], kind);
 }
 
 /* The size a group counts for (text_size of its texts, or of its part's units). */

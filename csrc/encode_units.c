@@ -24,14 +24,6 @@
 
 #define PART_UNITS (128 * 1024)   /* UTF-8 of up to 512 KB: stays in a core's cache */
 
-static int kind_valid(const uint8_t *units, int kind)
-{
-    if (kind == BPE_TEXT_UTF8 || kind == BPE_TEXT_LATIN1)
-        return 1;
-    return (kind == BPE_TEXT_UCS2 || kind == BPE_TEXT_UCS4) &&
-           (uintptr_t)units % (uintptr_t)kind == 0;
-}
-
 /* Converts and encodes the parts of the text between the given cuts, in order. */
 static int encode_parts(const bpe_tokenizer *tok, bpe_work *w, const uint8_t *units, size_t n,
                         int kind, const size_t *cuts, size_t n_cuts, const uint8_t *mode,
@@ -60,7 +52,7 @@ int bpe_encode_units(const bpe_tokenizer *tok, const uint8_t *units, size_t n, i
     int rc;
     if (kind == BPE_TEXT_UTF8)
         return bpe_encode_cancellable(tok, units, n, special_mode, cancel, out, info);
-    if (tok == NULL || out == NULL || (units == NULL && n) || !kind_valid(units, kind) ||
+    if (tok == NULL || out == NULL || (units == NULL && n) || !bpe_units_ok(units, kind) ||
         tok->pattern == BPE_PATTERN_EXTERNAL)
         return BPE_ERR_ARG;
     if ((rc = bpe_check_mode(tok, special_mode)) != BPE_OK || n == 0)

@@ -271,6 +271,15 @@ static uint8_t *ucs4_to_utf8(const uint32_t *u, size_t n, uint8_t *o)
 }
 
 /* See utf8.h. */
+int bpe_units_ok(const uint8_t *units, int kind)
+{
+    if (kind == BPE_TEXT_UTF8 || kind == BPE_TEXT_LATIN1)
+        return 1;
+    return (kind == BPE_TEXT_UCS2 || kind == BPE_TEXT_UCS4) &&
+           (uintptr_t)units % (uintptr_t)kind == 0;
+}
+
+/* See utf8.h. */
 int bpe_utf8_from_units(const uint8_t *units, size_t n, int kind, bpe_bytes *out)
 {
     size_t most = kind == BPE_TEXT_LATIN1 ? 2 : kind == BPE_TEXT_UCS2 ? 3 : 4;

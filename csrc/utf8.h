@@ -21,6 +21,9 @@ int bpe_utf8_valid(const uint8_t *buf, size_t len);
  * Python's bytes.decode("utf-8", errors="replace") does.  Returns a BPE_ERR_* code. */
 int bpe_utf8_replace_invalid(const uint8_t *buf, size_t len, bpe_bytes *out);
 
+/* 1 if kind is a storage kind (BPE_TEXT_*) and units lies aligned to its width, else 0. */
+int bpe_units_ok(const uint8_t *units, int kind);
+
 /* Appends the UTF-8 of the n code units stored at units as `kind` (BPE_TEXT_LATIN1, _UCS2 or
  * _UCS4, aligned to its width) to *out; surrogates as utf8.c says.  BPE_ERR_TEXT for a code
  * point above U+10FFFF (nothing is appended then), BPE_ERR_ARG for another kind,
