@@ -109,7 +109,8 @@ void bpe_cache_release(bpe_cache *c)
 int bpe_cache_copy(bpe_cache *dst, const bpe_cache *src)
 {
     size_t slots = src->mask + 1;
-    size_t arena_cap = src->arena_used > START_ARENA ? src->arena_used : START_ARENA;
+    size_t arena_cap = src->arena_cap;   /* the source's room: the next puts need not grow it
+                                            (a copy of what is used, then the rest untouched) */
     bpe_cache_slot *tab;
     uint8_t *arena;
     if (!bpe_cache_can_copy(dst, src))
