@@ -339,8 +339,8 @@ int bpe_encode_work(const bpe_tokenizer *tok, bpe_work *w, const uint8_t *text, 
     return rc;
 }
 
-static int check_encode_args(const bpe_tokenizer *tok, const uint8_t *text, size_t len,
-                             const bpe_ids *out)
+int bpe_check_encode_args(const bpe_tokenizer *tok, const uint8_t *text, size_t len,
+                          const bpe_ids *out)
 {
     if (tok == NULL || out == NULL || (text == NULL && len))
         return BPE_ERR_ARG;
@@ -366,7 +366,7 @@ int bpe_encode_cancellable(const bpe_tokenizer *tok, const uint8_t *text, size_t
                            size_t *info)
 {
     bpe_work w;
-    int rc = check_encode_args(tok, text, len, out);
+    int rc = bpe_check_encode_args(tok, text, len, out);
     if (rc != BPE_OK || len == 0)
         return rc;
     bpe_ids_presize(out, len);
@@ -402,7 +402,7 @@ int bpe_encode_prefix(const bpe_tokenizer *tok, const uint8_t *text, size_t len,
                       size_t *consumed, size_t *info)
 {
     size_t cut;
-    int rc = check_encode_args(tok, text, len, out);
+    int rc = bpe_check_encode_args(tok, text, len, out);
     if (rc == BPE_OK && consumed == NULL)
         rc = BPE_ERR_ARG;
     if (rc == BPE_OK)

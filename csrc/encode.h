@@ -31,6 +31,11 @@ void bpe_work_seed_end(bpe_work *w, const bpe_work *from, int copy);
 /* Checks special_mode (NULL or n_special values <= 2): BPE_OK or BPE_ERR_ARG. */
 int bpe_check_mode(const bpe_tokenizer *tok, const uint8_t *special_mode);
 
+/* BPE_ERR_ARG when an encode call cannot run: no tokenizer or output, no text for len > 0,
+ * or a pattern only Python can apply (BPE_PATTERN_EXTERNAL); else BPE_OK. */
+int bpe_check_encode_args(const bpe_tokenizer *tok, const uint8_t *text, size_t len,
+                          const bpe_ids *out);
+
 /* bpe_encode with a given work area, checking *cancel (may be NULL) every few thousand
  * pieces (BPE_ERR_CANCELLED).  Appends to out; on error out->len is restored. */
 int bpe_encode_work(const bpe_tokenizer *tok, bpe_work *w, const uint8_t *text, size_t len,

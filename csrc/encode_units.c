@@ -52,8 +52,9 @@ int bpe_encode_units(const bpe_tokenizer *tok, const uint8_t *units, size_t n, i
     int rc;
     if (kind == BPE_TEXT_UTF8)
         return bpe_encode_cancellable(tok, units, n, special_mode, cancel, out, info);
-    if (tok == NULL || out == NULL || (units == NULL && n) || !bpe_units_ok(units, kind) ||
-        tok->pattern == BPE_PATTERN_EXTERNAL)
+    if ((rc = bpe_check_encode_args(tok, units, n, out)) != BPE_OK)
+        return rc;
+    if (!bpe_units_ok(units, kind))
         return BPE_ERR_ARG;
     if ((rc = bpe_check_mode(tok, special_mode)) != BPE_OK || n == 0)
         return rc;
