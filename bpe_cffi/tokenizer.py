@@ -433,7 +433,7 @@ def _piece_ends_walk(rx, text: str, data: bytes) -> list:
 # From this many characters on, a non-ASCII str is read where it lies and C writes its UTF-8
 # a part at a time as it encodes (bpe_encode_units); a shorter one goes through str.encode,
 # which costs less than the longer path's setup there.
-_HELPER_UTF8_MIN = 4096
+_UNITS_PATH_MIN = 4096
 
 # A batch of at most _FEW_TEXTS strs of at most _FEW_CHARS characters in all is encoded text
 # by text: a job's setup (~9 us) costs more than encoding them (1 short text: 11.0 us as a
@@ -1167,7 +1167,7 @@ class Tokenizer(TiktokenMethods):
         characters too, converted by C as it encodes; any other is encoded to UTF-8 first."""
         if not self._py_path:
             storage = _idcache.str_storage(text)       # None: not exactly a str
-            if storage is not None and (storage[1] == 0 or len(text) >= _HELPER_UTF8_MIN):
+            if storage is not None and (storage[1] == 0 or len(text) >= _UNITS_PATH_MIN):
                 return self._encode_units(text, storage[0], storage[1], mode)
         data = _utf8(text)
         if self._py_path:
