@@ -43,8 +43,9 @@ class BatchJob:
     """One encode_batch job: `run` locates the texts, starts the job, collects it, and always
     finishes it (its threads joined, its memory freed) before returning or raising.
 
-    handle: the tokenizer's pointer, held by the caller until `run` returns.  collect(job, n):
-    every group's lists, as (lists, 0, 0) or ([], error code, failing text).  join_utf8(texts):
+    handle: the tokenizer's pointer, held by the caller until `run` returns.  collect(job, n,
+    held): every group's lists, as (lists, 0, 0) or ([], error code, failing text); it may
+    put None in held in place of the texts that the job no longer reads.  join_utf8(texts):
     (UTF-8 end to end, ends) for texts the helper extension cannot read in place.
     run_batch(start_and_collect, cancel, size): runs start_and_collect() where a job of that
     many code units belongs (Tokenizer._run_batch), on the helper thread from helper_min of
@@ -60,7 +61,7 @@ class BatchJob:
         self.helper_min = helper_min
         self.job_p = ffi.new("bpe_batch_job **")    # NULL until opened or started
         self.stopped = False                         # Ctrl-C came (see cancel)
-        self.held = []                               # the strs C reads, once located
+        self.held = []       # the strs C reads, once located (None where C is done)
 
     def run(self, texts, own):
         """(lists, 0, 0) or (None / [], error code, failing text) for the texts (own: a list
@@ -117,4 +118,4 @@ class BatchJob:
             return None, rc, 0
         if self.stopped:          # before the job was there to cancel
             lib.bpe_batch_cancel(self.job_p[0])
-        return self.collect(self.job_p[0], n)
+        return self.collect(self.job_p[0], n, self.held)

@@ -50,11 +50,15 @@ def ids_lists(address: int, ends_address: int, n_texts: int) -> list:
     return _idlist.ids_lists(address, ends_address, n_texts, CACHE)
 
 
-def collect_batch(step_address: int, poll_address: int, job_address: int, n_texts: int):
+def collect_batch(step_address: int, poll_address: int, job_address: int, n_texts: int,
+                  held=None):
     """(lists of ids of the n_texts texts, 0, 0) or (None, error code, failing text): every
     group of a started C batch job, taken with the C functions bpe_batch_step and
-    bpe_batch_poll at these addresses; signals are looked at between steps."""
-    return _idlist.collect_batch(step_address, poll_address, job_address, n_texts, CACHE)
+    bpe_batch_poll at these addresses; signals are looked at between steps.  held: None,
+    or the list of the n_texts texts held for the job: each text is replaced by None there
+    once the job says that nothing reads it any more."""
+    return _idlist.collect_batch(step_address, poll_address, job_address, n_texts, CACHE,
+                                 held)
 
 
 def u32_ids(ids) -> bytearray:

@@ -1453,7 +1453,7 @@ class Tokenizer(TiktokenMethods):
         if rc:
             if rc == lib.BPE_ERR_DISALLOWED or rc == lib.BPE_ERR_NOBYTE:
                 # k names the text; a single-text encode raises with the token's name
-                if k < len(job.held):
+                if k < len(job.held) and job.held[k] is not None:
                     self._encode_text(job.held[k], mode)
             self._raise_encode(rc, k, "encode_batch")
         return out
@@ -1478,11 +1478,14 @@ class Tokenizer(TiktokenMethods):
         return start_and_collect()
 
     @staticmethod
-    def _collect_batch(job, n):
+    def _collect_batch(job, n, held=None):
         """(lists of ids of the n texts, 0, 0), or ([], error code, failing text).  Groups
-        come in the order they finish; each goes to its place."""
+        come in the order they finish; each goes to its place.  held: None or the list of
+        the n texts held for the job; with the helper extension, each text the job no longer
+        reads is replaced by None there as its group comes in (see collect_batch)."""
         if _idcache.FAST:
-            out, rc, k = _idcache.collect_batch(_BATCH_STEP, _BATCH_POLL, _address(job), n)
+            out, rc, k = _idcache.collect_batch(_BATCH_STEP, _BATCH_POLL, _address(job), n,
+                                                held)
             return (out, 0, 0) if rc == 0 else ([], rc, k)
         first = ffi.new("size_t *")
         count = ffi.new("size_t *")

@@ -61,6 +61,11 @@
  *     nothing writes them until the caller's next bpe_batch_next, which gives them to the
  *     spares (a failed group's stay until bpe_batch_finish);
  *   - spares[0..n_spares) are outbufs that no group and no encoder holds (under lock);
+ *   - a group is claimed once (next_claim) and its encoder reads its texts only before it
+ *     publishes it, so once a group that was never stolen (nor any of its parts) is
+ *     returned, nothing reads its texts again: the caller is told so (texts_released) and
+ *     may let them go (encode_batch drops its references to those strs as it collects,
+ *     while the workers still encode, instead of all of them after the job);
  *   - claims are made in index order, so when group f fails every group before it has been
  *     claimed and will be published; first_failed is the smallest failing group so far, and
  *     the error is reported only once every group before it is published, so the failing
@@ -698,8 +703,24 @@ static void help_or_wait(bpe_batch_job *job)
     }
 }
 
-/* One look at the job for the caller: a finished group to return (BPE_OK, *count > 0), the
- * error that ends the job, the end (BPE_OK, *count 0), or, with *pending set, nothing yet. */
+/* 1 when no encoder reads the texts of group g (returned to the caller) any more: it was
+ * claimed once and published by its encoder after its last read.  A group the caller
+ * encoded a second time (stolen) may still be read by the copy that lost, and a cut text
+ * by such a copy of one of its parts.  Caller only (it alone writes `stolen`). */
+static int texts_released(const bpe_batch_job *job, const group *g)
+{
+    size_t index = (size_t)(g - job->groups), k;
+    if (g->stolen)
+        return 0;
+    for (k = index + 1; g->is_join && k < job->n_groups && job->groups[k].join == index; k++)
+        if (job->groups[k].stolen)
+            return 0;
+    return 1;
+}
+
+/* One look at the job for the caller: a finished group to return (BPE_OK, *count > 0, *info
+ * texts_released), the error that ends the job, the end (BPE_OK, *count 0), or, with
+ * *pending set, nothing yet. */
 static int take(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t **ids,
                 const size_t **id_ends, size_t *info, int *pending)
 {
@@ -725,6 +746,8 @@ static int take(bpe_batch_job *job, size_t *first, size_t *count, const uint32_t
         *count = g->count;
         *ids = g->out.ids.ids;
         *id_ends = g->out.id_ends;
+        if (info)
+            *info = (size_t)texts_released(job, g);
         job->last_out = (size_t)(g - job->groups);
         return BPE_OK;
     }

@@ -227,18 +227,21 @@ int bpe_encode_batch_flat(const bpe_tokenizer *tok, size_t n, const uint8_t *dat
  * a high surrogate followed by a low one is the character they make in UTF-16, any other
  * surrogate is U+FFFD, as bpe_cffi's Python layer and tiktoken encode a str; a code point
  * above U+10FFFF fails the text with BPE_ERR_TEXT).  Whatever is given must stay alive and
- * unchanged until bpe_batch_finish.  With worker threads, a text of 1 MiB or more is cut
- * into parts that the threads share (bpe_text_cuts, below), and returned as its own group once
- * they are all encoded.  Each bpe_batch_next returns a finished group, in the
- * order groups finish (NOT input order: place them by *first): its
- * texts first .. first + count - 1, their ids back to back in *ids, and the end of each
- * text's ids in *id_ends (count entries); *count is 0 once every group was returned.  While
- * no group is finished the calling thread encodes one itself (with no worker, about 1 MiB).
- * The pointers are valid until the next call.  An error (the smallest failing text of the batch in *info, as
+ * unchanged until bpe_batch_finish (a text: until its group is returned with *info 1).
+ * With worker threads, a text of 1 MiB or more is cut into parts that the threads share
+ * (bpe_text_cuts, below), and returned as its own group once they are all encoded.  Each
+ * bpe_batch_next returns a finished group, in the order groups finish (NOT input order: place
+ * them by *first): its texts first .. first + count - 1, their ids back to back in *ids, and
+ * the end of each text's ids in *id_ends (count entries), and *info is 1 when no encoder reads
+ * those texts any more (the caller may let them go before bpe_batch_finish), else 0 (an
+ * encoder may still read them: a group the calling thread encoded a second time, see
+ * batch_stream.c); *count is 0 once every group was returned.  While no group is finished the
+ * calling thread encodes one itself (with no worker, about 1 MiB).  The pointers are valid
+ * until the next call.  An error (the smallest failing text of the batch in *info, as
  * bpe_encode_batch) is returned instead of any further group and ends the batch; groups
- * returned before it may lie after the failing text.  bpe_batch_finish stops and
- * joins the workers and frees everything; call it exactly once per started job (NULL is
- * fine), also after an error or an early exit. */
+ * returned before it may lie after the failing text.  bpe_batch_finish stops and joins the
+ * workers and frees everything; call it exactly once per started job (NULL is fine), also
+ * after an error or an early exit. */
 #define BPE_TEXT_UTF8 0     /* bytes of UTF-8 (an ASCII text too) */
 #define BPE_TEXT_LATIN1 1   /* one byte per character, U+0000..U+00FF */
 #define BPE_TEXT_UCS2 2     /* one uint16_t per character (2-aligned) */

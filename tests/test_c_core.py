@@ -789,7 +789,7 @@ def str_storage(text):
 
 
 def job_batch(tok, texts, mode=None, n_threads=2, stop_after=None, scattered=False,
-              units=False, poll=False, steps=None, opened=None):
+              units=False, poll=False, steps=None, opened=None, released=None):
     """bpe_batch_start/next/finish: (per-text id lists, rc, info).  stop_after: finish the
     job after that many groups (an early exit) and return what was collected.  scattered:
     each text in its own buffer, given by `starts`, instead of all end to end.  units: texts
@@ -797,7 +797,10 @@ def job_batch(tok, texts, mode=None, n_threads=2, stop_after=None, scattered=Fal
     bpe_batch_next only when it says BPE_BATCH_PENDING.  steps: a list, to take the groups
     with bpe_batch_poll and bpe_batch_step (as the id-list helper does) and append to it the
     number of BPE_BATCH_PENDING steps before each group.  opened: bpe_batch_open (told of
-    that many texts) and bpe_batch_begin instead of bpe_batch_start."""
+    that many texts) and bpe_batch_begin instead of bpe_batch_start.  released (with
+    scattered): a list, to append to it the *info of each group returned (1: no encoder reads
+    its texts any more), and then at once overwrite the buffers of those texts with "Z"s."""
+    assert released is None or scattered
     data, starts, kinds, lengths = b"".join(texts) if not units else ffi.NULL, ffi.NULL, \
         ffi.NULL, [len(t) for t in texts]
     if scattered:
@@ -848,6 +851,11 @@ def job_batch(tok, texts, mode=None, n_threads=2, stop_after=None, scattered=Fal
                 lists[first[0] + k] = ffi.unpack(ids[0] + start, end - start) \
                     if end > start else []
                 start = end
+            if released is not None:
+                released.append(info[0])
+            for k in range(first[0], first[0] + count[0]) if released and info[0] else ():
+                ffi.memmove(buffers[k], b"Z" * len(texts[k]), len(texts[k]))
+                buffers[k] = None     # freed: a read after it is the sanitizer's to report
             groups += 1
         assert stop_after is not None or None not in lists
     finally:
@@ -878,6 +886,27 @@ def test_job_batch_equals_single():
                                                          allowed_special="all")
     assert job_batch(tok, []) == ([], lib.BPE_OK, None)
     assert job_batch(tok, [b"", b""]) == ([[], []], lib.BPE_OK, None)
+
+
+def test_job_batch_texts_said_released_are_read_no_more():
+    """A group comes back with *info 1 when no encoder reads its texts any more: the caller
+    may let them go (encode_batch drops its references to the strs).  Here they are
+    overwritten and freed at once, and every text's ids must still be its own (and the
+    sanitizer run sees any read of a freed one, also by a copy whose ids are thrown away:
+    the slow tail makes the caller encode groups a second time).  Only a group that the
+    caller encoded a second time while a worker was still at it (at the tail: at most one
+    per worker) may come back with 0; one thread alone never does that."""
+    tok, _ = native_tokenizer("gpt2")
+    texts = corpus_texts(300, 3000) + corpus_texts(2, 1_200_000) + \
+        [b"", b"x" * 300_000, b"y" * 300_000]
+    expect = [tok.encode(t) for t in texts]       # the 1.2 MB ones are cut into parts
+    for n_threads in [1, 2, 3, 5, 2, 3]:
+        released = []
+        assert job_batch(tok, texts, n_threads=n_threads, scattered=True,
+                         released=released) == (expect, lib.BPE_OK, None)
+        assert set(released) <= {0, 1}
+        assert released.count(0) <= n_threads - 1
+        assert released.count(1) > len(released) // 2
 
 
 def random_str(rng, n):

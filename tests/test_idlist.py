@@ -160,6 +160,40 @@ def test_batch_while_another_thread_grows_the_cache():
         t.join()
 
 
+def test_encode_batch_lets_go_of_each_text_once_its_group_is_in(monkeypatch):
+    """encode_batch holds a reference to every str while C reads it; collect_batch puts None
+    in that list for each text as soon as the job says no encoder reads it (with one thread,
+    every text; with two, all but a group the caller encoded a second time at most).  The
+    caller's list is left alone, and every str ends with the references it had."""
+    tok = ours("cl100k_base")
+    texts = [("word %d, é " % i) * (20 + i % 50) for i in range(3000)]
+    want = [tok.encode(t) for t in texts]
+    counts = [sys.getrefcount(t) for t in texts]
+    seen = []
+    collect = T.Tokenizer._collect_batch
+
+    def spy(job, n, held=None):
+        got = collect(job, n, held)
+        seen.append(list(held))
+        return got
+
+    monkeypatch.setattr(T.Tokenizer, "_collect_batch", staticmethod(spy))
+    copy = list(texts)
+    assert tok.encode_batch(texts, num_threads=1) == want
+    assert seen[-1] == [None] * len(texts)
+    for _ in range(3):
+        assert tok.encode_batch(texts, num_threads=2) == want
+        kept = [t for t in seen[-1] if t is not None]
+        assert len(kept) < len(texts) // 4 and all(t in texts for t in kept)
+    assert tok.encode_batch(iter(texts), num_threads=2) == want     # its own list
+    assert texts == copy and all(a is b for a, b in zip(texts, copy))
+    copy = seen = kept = None
+    gc.collect()
+    assert [sys.getrefcount(t) for t in texts] == counts
+    with pytest.raises(ValueError, match="bad batch job"):          # held must fit
+        _idcache.collect_batch(T._BATCH_STEP, T._BATCH_POLL, 1234, 3, [None] * 2)
+
+
 def test_collect_batch_refuses_bad_jobs():
     with pytest.raises(ValueError, match="bad batch job"):
         _idcache.collect_batch(T._BATCH_STEP, T._BATCH_POLL, 0, 3)
