@@ -95,8 +95,8 @@ def packb(obj) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
-def unpackb(data: bytes, limits: Limits, raw: bool = False):
-    return msgpack.unpackb(data, raw=raw, **unpack_limits(limits))
+def unpackb(data: bytes, limits: Limits, raw: bool = False, unicode_errors: str = "strict"):
+    return msgpack.unpackb(data, raw=raw, unicode_errors=unicode_errors, **unpack_limits(limits))
 
 
 # ---- ids <-> packed uint32 little-endian --------------------------------------------------------
@@ -148,3 +148,10 @@ def bin_to_array(data: bytes) -> array:
 
 def error_reply(req_id, code: str, message: str) -> dict:
     return {"id": req_id, "ok": False, "code": code, "message": message}
+
+
+def pack_error(req_id, code: str, message: str) -> bytes:
+    """error_reply packed.  A str request id read with unicode_errors="surrogateescape" (from
+    a request whose strs are not all UTF-8) is packed back to the very bytes it came as."""
+    return msgpack.packb(error_reply(req_id, code, message), use_bin_type=True,
+                         unicode_errors="surrogateescape")

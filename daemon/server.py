@@ -761,11 +761,11 @@ class Handler:
         except RequestError as exc:
             self.stats.count(op, exc.code)
             req_id = getattr(exc, "req_id", req_id)
-            return [(ident, flag, P.packb(P.error_reply(req_id, exc.code, exc.message)))]
+            return [(ident, flag, P.pack_error(req_id, exc.code, exc.message))]
         except Exception as exc:  # a bug: answer, log nothing to stdout, keep serving
             self.stats.count(op, P.E_INTERNAL)
             msg = f"internal error: {type(exc).__name__}: {exc}"[:1000]
-            return [(ident, flag, P.packb(P.error_reply(req_id, P.E_INTERNAL, msg)))]
+            return [(ident, flag, P.pack_error(req_id, P.E_INTERNAL, msg))]
 
     def handle_many(self, jobs):
         """The replies of several requests, jobs being (identity, flag, payload) triples: a
@@ -846,16 +846,12 @@ class Handler:
             req = msgpack.unpackb(payload, raw=False, **self._unpack_kw)
         except UnicodeDecodeError:
             rid = None
-            try:  # find the id so that the error can be matched
-                raw = P.unpackb(payload, self.limits, raw=True)
-                if isinstance(raw, dict):
-                    rid = raw.get(b"id")
-                    if isinstance(rid, bytes):
-                        rid = rid.decode("utf-8", "replace")
+            try:  # find the id, as sent (a str: its bytes; a bin: a bin), to match the error
+                loose = P.unpackb(payload, self.limits, unicode_errors="surrogateescape")
+                if isinstance(loose, dict):
+                    rid = self.request_id(loose)
             except Exception:
                 pass
-            if not isinstance(rid, (int, str)) or isinstance(rid, bool):
-                rid = None
             raise _with_id(RequestError(P.E_BAD_UTF8, "a msgpack str is not valid UTF-8 "
                                         "(send raw bytes as bin)"), rid)
         except Exception as exc:

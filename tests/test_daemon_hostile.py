@@ -50,14 +50,20 @@ def dealer(endpoint, ctx=None):
 
 
 def recv_reply(sock, timeout=10.0):
+    """The reply, its strs decoded as UTF-8 (bytes that are not: as surrogateescape keeps
+    them, so that an id echoed as sent can be compared)."""
     assert sock.poll(int(timeout * 1000)), "no reply from the daemon"
-    return msgpack.unpackb(sock.recv_multipart()[-1], raw=False)
+    return msgpack.unpackb(sock.recv_multipart()[-1], raw=False,
+                           unicode_errors="surrogateescape")
 
 
 def malformed_cases():
     """(frames, expected error code, the id the reply must echo) for each kind of bad input."""
     big = "x" * (MAX_TEXT + 1)
     fixstr_bad_utf8 = b"\x83\xa2op\xa6encode\xa2id\x07\xa4text\xa2\xff\xfe"
+    bad_str_id = b"\x83\xa2op\xa6encode\xa2id\xa3a\xff\xfe\xa4text\xa1a"   # id: str, not UTF-8
+    bin_id_bad_text = b"\x83\xa2op\xa6encode\xa2id\xc4\x02\x01\xff\xa4text\xa2\xff\xfe"
+    valid_str_id_bad_text = b"\x83\xa2op\xa6encode\xa2id\xa2\xc3\xa9\xa4text\xa2\xff\xfe"
     depth_bomb = b"\x91" * 100_000 + b"\xc0"
     cases = [
         ([b"\xc1garbage"], P.E_BAD_MSGPACK, None),
@@ -78,6 +84,9 @@ def malformed_cases():
         ([P.packb({"op": "encode", "id": 14, "text": 42})], P.E_BAD_REQUEST, 14),
         ([P.packb({"op": "encode", "id": 15, "text": b"\xff\xfe bad"})], P.E_BAD_UTF8, 15),
         ([fixstr_bad_utf8], P.E_BAD_UTF8, 7),
+        ([bad_str_id], P.E_BAD_UTF8, b"a\xff\xfe".decode("utf-8", "surrogateescape")),
+        ([bin_id_bad_text], P.E_BAD_UTF8, b"\x01\xff"),
+        ([valid_str_id_bad_text], P.E_BAD_UTF8, "é"),
         ([P.packb({"op": "encode", "id": 16, "text": big})], P.E_TOO_LARGE, 16),
         ([P.packb({"op": "encode_batch", "id": 17, "texts": ["ok", big]})], P.E_TOO_LARGE, 17),
         ([P.packb({"op": "encode_batch", "id": 18, "texts": "not a list"})],
