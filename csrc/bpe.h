@@ -165,6 +165,12 @@ uint32_t bpe_tokenizer_id_limit(const bpe_tokenizer *tok);
  * Calls running meanwhile use the old seed or the new one. */
 void bpe_tokenizer_reseed(bpe_tokenizer *tok, uint64_t seed);
 
+/* 1 once the tables of the long-piece search (longpiece.c) are built for this tokenizer,
+ * else 0 (not yet, being built, or a vocabulary the search does not support).  They are
+ * built at the first piece of BPE_CFFI_LONG_PIECE bytes (default 4096), or once 1 MiB of
+ * pieces of 64 bytes or more has needed merging (encode.c).  For tests and diagnostics. */
+int bpe_long_tables_ready(const bpe_tokenizer *tok);
+
 /* The bytes of a token (ordinary or special); BPE_ERR_ID if unknown.  The pointer stays
  * valid as long as the tokenizer. */
 int bpe_token_bytes(const bpe_tokenizer *tok, uint32_t id, const uint8_t **bytes, size_t *len);

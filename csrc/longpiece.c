@@ -1085,6 +1085,11 @@ static int search(const bpe_tokenizer *tok, const bpe_long_tables *t, uint64_t *
     return BPE_OK;
 }
 
+int bpe_long_tables_ready(const bpe_tokenizer *tok)
+{
+    return tok != NULL && __atomic_load_n(&tok->long_state, __ATOMIC_ACQUIRE) == BPE_LONG_READY;
+}
+
 int bpe_long_merge(const bpe_tokenizer *tok, bpe_merge_scratch *s, const uint8_t *p, size_t n,
                    bpe_ids *out)
 {

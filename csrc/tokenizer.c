@@ -21,7 +21,8 @@
  * The byte buffer, by_id and the three hash tables come from bpe_table_alloc (buffers.c): at
  * megabyte sizes they are asked to live on huge pages, since they are probed at random.
  * The tables of longpiece.c (long_tables) are the exception to immutability: built on first
- * use, see there.  Invariants: ids are < id_limit; by_id[id].len == 0 exactly for unknown
+ * use, see there; so is medium_bytes, the count that decides when medium pieces start using
+ * them (encode.c).  Invariants: ids are < id_limit; by_id[id].len == 0 exactly for unknown
  * ids; the tables hold no duplicate keys; the pair table never contains the key
  * BPE_PAIR_EMPTY (ids < 2^31).
  */

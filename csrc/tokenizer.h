@@ -112,6 +112,8 @@ struct bpe_tokenizer {
                                      SIZE_MAX: never (BPE_CFFI_LONG_PIECE=0) */
     int long_state;               /* BPE_LONG_* (longpiece.h); atomic, see longpiece.c */
     struct bpe_long_tables *long_tables;   /* built lazily; valid once long_state is READY */
+    size_t medium_bytes;          /* bytes of medium pieces merged by the heap before the
+                                     long-piece tables existed (atomic; encode.c) */
 };
 
 /* 64-bit hash of a byte string (our own multiply-xor mix; not cryptographic). */

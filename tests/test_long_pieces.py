@@ -192,6 +192,41 @@ def check_random_vocab(tok, heap, rng, alphabet, reference):
     assert tok.pieces(big) == heap.pieces(big)
 
 
+@pytest.mark.parametrize("name", ["gpt2", "o200k_base"])
+def test_medium_pieces_take_the_search_after_a_mebibyte_of_them(monkeypatch, name):
+    """Pieces of 64 bytes up to the threshold (4096) go to the heap until 1 MiB of them has
+    needed merging; then the search's tables are built and such pieces take the search.  The
+    ids are tiktoken's before and after.  Shorter pieces never count, and with
+    BPE_CFFI_LONG_PIECE=0 the tables are never built."""
+    enc = tiktoken_encoding(name)
+    tok = with_threshold(monkeypatch, 4096, lambda: real_ctok(name, PATTERN_ID[name]))
+    heap_tok = with_threshold(monkeypatch, 0, lambda: real_ctok(name, PATTERN_ID[name]))
+    rng = random.Random(17)
+
+    def text_of(low, high, size):
+        words, total = [], 0
+        while total < size:
+            words.append(random_word(rng, LETTERS, rng.randrange(low, high)))
+            total += len(words[-1]) + 1
+        return b" ".join(words)
+
+    short = text_of(20, 63, 1_300_000)          # pieces of at most 63 bytes with the space
+    assert tok.encode(short) == enc.encode_ordinary(short.decode())
+    assert not lib.bpe_long_tables_ready(tok.ptr)
+    seen = []
+    for _ in range(6):                            # 6 x 256 KB of pieces of 65 to 700 bytes
+        chunk = text_of(64, 700, 256 * 1024)
+        expect = enc.encode_ordinary(chunk.decode())
+        assert tok.encode(chunk) == expect
+        assert heap_tok.encode(chunk) == expect
+        seen.append(lib.bpe_long_tables_ready(tok.ptr))
+    assert seen[0] == 0 and seen[-1] == 1, seen   # built once 1 MiB had come, not before
+    assert seen == sorted(seen)
+    assert not lib.bpe_long_tables_ready(heap_tok.ptr)
+    tok.close()
+    heap_tok.close()
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_merge_vocab(monkeypatch, seed):
     rng = random.Random(5000 + seed)
