@@ -98,7 +98,7 @@ static int wants_hash(const bpe_tokenizer *tok, const bpe_slot *s, size_t n)
 /* Medium pieces: from MEDIUM_PIECE bytes to long_min, a piece that misses the word cache also
  * goes to longpiece.c, but only once its tables exist, and this path builds them only after
  * MEDIUM_BUILD_AFTER bytes of such pieces were merged by the heap.  The search is 2-4x faster
- * than the heap on such pieces when they need many merges (random letters or DNA, 24 to 512
+ * than the heap on such pieces when they need many merges (random letters or DNA, 64 to 512
  * bytes: o200k 10 -> 24-28 MB/s, gpt2 16 -> 31-36, ACGT 11-13 -> 37-45); the tables cost a
  * tokenizer 5-31 ms once (gpt2 to o200k), so a text with a few such pieces should not pay it,
  * and past that many bytes (about 0.1 s of heap work) it is at most a third more.  Prose
