@@ -1530,10 +1530,10 @@ class Server:
     def _abandoned(self, ident, flag, payload):
         """Tells a client that the daemon stops without answering its request (it would
         otherwise wait its whole timeout for a reply that never comes)."""
-        rid = _peek_key(payload, self.limits, "id")
-        self._send(ident, flag, P.packb(P.error_reply(
+        rid = _peek_id(payload, self.limits)
+        self._send(ident, flag, P.pack_error(
             rid, P.E_SHUTTING_DOWN, "daemon stopping: the request was not answered in the "
-            "drain's time")))
+            "drain's time"))
 
     def _trim_heap_when_quiet(self, working):
         """Called about once a second: when less than QUIET_BYTES of requests came in since
@@ -1624,13 +1624,13 @@ class Server:
             pass                      # health, stats, info: answered ("draining")
         elif self._stop.is_set():
             stats.count("?", P.E_SHUTTING_DOWN)
-            self._send(ident, flag, P.packb(P.error_reply(
-                _peek_id(payload, self.limits), P.E_SHUTTING_DOWN, "the daemon is stopping")))
+            self._send(ident, flag, P.pack_error(
+                _peek_id(payload, self.limits), P.E_SHUTTING_DOWN, "the daemon is stopping"))
         elif k > self.limits.max_inflight_per_client:
             stats.count("?", P.E_BUSY)
-            self._send(ident, flag, P.packb(P.error_reply(
+            self._send(ident, flag, P.pack_error(
                 _peek_id(payload, self.limits), P.E_BUSY, "more than "
-                f"{self.limits.max_inflight_per_client} requests in flight from this client")))
+                f"{self.limits.max_inflight_per_client} requests in flight from this client"))
         elif len(payload) <= self.inline_max and self._inline(ident, flag, payload, t0):
             pass
         else:
@@ -1718,10 +1718,11 @@ _WHILE_DRAINING = (P.OP_HEALTH, P.OP_STATS, P.OP_INFO)
 def _peek_key(payload, limits, name):
     """The value of key `name` of a request map when it is an int, str or bytes (or None).
     Reads the map key by key and skips the other values unbuilt, so a big text costs no
-    copy."""
+    copy.  A str that is not UTF-8 is read with surrogateescape: an id packed back by
+    P.pack_error is then the very bytes that came (no key or op name matches such a str)."""
     try:
         u = msgpack.Unpacker(raw=False, max_buffer_size=max(len(payload), 1),
-                             **P.unpack_limits(limits))
+                             unicode_errors="surrogateescape", **P.unpack_limits(limits))
         u.feed(payload)
         for _ in range(min(u.read_map_header(), 64)):
             key = u.unpack()
@@ -1737,7 +1738,8 @@ def _peek_key(payload, limits, name):
 
 
 def _peek_id(payload, limits):
-    """The request id, for the rare replies the main loop sends itself (or None)."""
+    """The request id, for the rare replies the main loop sends itself (or None); send it
+    with P.pack_error, which packs a str id that was not UTF-8 back to its bytes."""
     return _peek_key(payload, limits, "id")
 
 

@@ -349,21 +349,43 @@ def test_malformed_soak_with_valid_traffic(daemon, tok):
         assert st["errors"] >= counts["bad"]
 
 
+def not_utf8_str(i):
+    """A str request id whose bytes are not UTF-8 (as recv_reply reads such a str back)."""
+    return b"id\xff\xfe%d" % i
+
+
 def test_inflight_limit_answers_busy(path, tok):
+    """Requests beyond --max-inflight are answered busy, each with its id as sent: a bin id
+    as a bin, a str id that is not UTF-8 as its very bytes (those came back as nil)."""
     d = Daemon({"cl100k": path}, "--max-inflight", 4, workers=1)
     try:
         s = dealer(d.endpoint)
         text = "busy " * 20_000
+        odd = {}             # ids of the other kinds, as recv_reply reads them
         for i in range(40):
-            s.send(P.packb({"op": "encode", "id": i, "text": text, "ids": "bin"}))
+            if 8 <= i < 24 and i % 2:
+                rid = not_utf8_str(i).decode("utf-8", "surrogateescape")
+            elif 8 <= i < 24:
+                rid = b"bin-%d" % i
+            else:
+                rid = i
+            if not isinstance(rid, int):
+                odd[rid] = i
+            s.send(msgpack.packb({"op": "encode", "id": rid, "text": text, "ids": "bin"},
+                                 use_bin_type=True, unicode_errors="surrogateescape"))
         codes = {}
         while len(codes) < 40:
             rep = recv_reply(s, timeout=30)
+            assert rep["id"] not in codes, rep
             codes[rep["id"]] = rep["code"] if not rep["ok"] else "ok"
             if rep["ok"]:
                 assert P.bin_to_ids(rep["ids"]) == tok.encode(text)
-        assert set(codes.values()) <= {"ok", P.E_BUSY}
+        assert set(codes) == set(range(8)) | set(range(24, 40)) | set(odd), codes
+        # a str id that is not UTF-8 is refused as bad_utf8 when the request is taken
+        assert {codes[r] for r in odd if isinstance(r, str)} <= {P.E_BUSY, P.E_BAD_UTF8}
+        assert set(codes.values()) <= {"ok", P.E_BUSY, P.E_BAD_UTF8}
         assert list(codes.values()).count(P.E_BUSY) >= 1
+        assert [codes[r] for r in odd if isinstance(r, str)].count(P.E_BUSY) >= 1, codes
         assert list(codes.values()).count("ok") >= 4
         s.close()
         # the Client retries a busy reply
@@ -648,15 +670,20 @@ def test_health_says_draining_during_a_drain(path, tok):
         time.sleep(0.2)
         s.send(P.packb({"op": "health", "id": "h"}))
         s.send(P.packb({"op": "encode", "id": "late", "text": "x"}))
+        odd = not_utf8_str(0).decode("utf-8", "surrogateescape")
+        s.send(msgpack.packb({"op": "encode", "id": odd, "text": "x"}, use_bin_type=True,
+                             unicode_errors="surrogateescape"))
         seen = {}
         end = time.monotonic() + 60
-        while {"h", "late"} - set(seen) and time.monotonic() < end:
+        while {"h", "late", odd} - set(seen) and time.monotonic() < end:
             if s.poll(500):
-                rep = msgpack.unpackb(s.recv(), raw=False)
+                rep = msgpack.unpackb(s.recv(), raw=False, unicode_errors="surrogateescape")
                 seen[rep["id"]] = rep
         s.close()
         assert seen["h"]["ok"] and seen["h"]["status"] == "draining", seen.get("h")
         assert not seen["late"]["ok"] and seen["late"]["code"] == P.E_SHUTTING_DOWN
+        # its id as sent (a str that is not UTF-8 came back as nil)
+        assert seen[odd]["code"] == P.E_SHUTTING_DOWN, seen
         assert d.proc.wait(60) == 0
     finally:
         d.stop()
