@@ -22,8 +22,14 @@ static inline int bpe_ids_reserve(bpe_ids *ids, size_t more)
     return ids->cap - ids->len >= more ? BPE_OK : bpe_ids_grow(ids, more);
 }
 
-/* Makes room for `more` bytes after b->len.  BPE_OK, BPE_ERR_NOMEM or BPE_ERR_TOOBIG. */
+/* Makes room for `more` bytes after b->len.  BPE_OK, BPE_ERR_NOMEM or BPE_ERR_TOOBIG.  Like
+ * bpe_ids_grow, it keeps the bytes past b->len too. */
 int bpe_bytes_reserve(bpe_bytes *b, size_t more);
+
+/* bpe_bytes_reserve for a caller that reserves ahead of what it writes (the largest size of a
+ * text's UTF-8): only the bytes up to b->len are kept when the buffer moves, so the tail it
+ * never wrote is not copied (read) at all.  See buffers.c, `moved`. */
+int bpe_bytes_room(bpe_bytes *b, size_t more);
 
 /* Grows a scratch array *buf of *cap items of elem bytes to hold at least need items
  * (doubling from 64), keeping its contents.  BPE_OK, BPE_ERR_NOMEM or BPE_ERR_TOOBIG; on

@@ -292,7 +292,7 @@ int bpe_utf8_from_units(const uint8_t *units, size_t n, int kind, bpe_bytes *out
         return BPE_ERR_TOOBIG;
     if (n == 0)
         return BPE_OK;   /* out->data may be NULL: no end to compute */
-    if ((rc = bpe_bytes_reserve(out, n * most)) != BPE_OK)
+    if ((rc = bpe_bytes_room(out, n * most)) != BPE_OK)
         return rc;
     if (kind == BPE_TEXT_LATIN1)
         end = latin1_to_utf8(units, n, out->data + out->len);

@@ -27,7 +27,7 @@ int bpe_units_ok(const uint8_t *units, int kind);
 /* Appends the UTF-8 of the n code units stored at units as `kind` (BPE_TEXT_LATIN1, _UCS2 or
  * _UCS4, aligned to its width) to *out; surrogates as utf8.c says.  BPE_ERR_TEXT for a code
  * point above U+10FFFF (nothing is appended then), BPE_ERR_ARG for another kind,
- * BPE_ERR_NOMEM, BPE_ERR_TOOBIG. */
+ * BPE_ERR_NOMEM, BPE_ERR_TOOBIG.  Bytes of *out past out->len are not kept (bpe_bytes_room). */
 int bpe_utf8_from_units(const uint8_t *units, size_t n, int kind, bpe_bytes *out);
 
 #endif

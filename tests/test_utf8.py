@@ -207,3 +207,29 @@ def test_from_units_long_texts_and_code_points_above_unicode(u8):
                          ([0x1F600, 0x61, 0x62] * 30001, 4)]:
         assert from_units(u8, units, width) == (0, units_utf8(units))
     assert from_units(u8, [0x61, 0x110000], 4)[0] == 12   # BPE_ERR_TEXT
+
+
+def test_appends_keep_what_was_written_when_the_buffer_moves(u8):
+    """bpe_utf8_from_units appends after out->len.  It reserves a text's largest UTF-8 (up to
+    four bytes a unit, bpe_bytes_room) and writes less, so a later, longer text finds the
+    buffer less than half in use: it then moves to a new block with only the bytes in use
+    copied (buffers.c, `moved`), else it grows by realloc.  Both ways must keep every byte
+    written before."""
+    import array
+    rng = random.Random(11)
+    for _ in range(40 if LONG else 12):
+        out = u8.ffi.new("bpe_bytes *")
+        want = []
+        try:
+            for _ in range(rng.randrange(1, 7)):
+                width = rng.choice([1, 2, 4])
+                n = rng.choice([0, 1, rng.randrange(2, 300), rng.randrange(300, 40_000)])
+                units = [rng.choice(rng.choice(UNIT_POOLS[width])) for _ in range(n)]
+                data = array.array(KIND_CODE[width], units).tobytes()
+                cap_before = out.cap
+                assert u8.lib.bpe_utf8_from_units(data, n, width, out) == 0
+                want.append(units_utf8(units))
+                assert out.len <= out.cap and (out.cap == cap_before or out.cap >= n)
+                assert u8.ffi.buffer(out.data, out.len)[:] == b"".join(want)
+        finally:
+            u8.lib.free(out.data)
