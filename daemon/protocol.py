@@ -151,7 +151,8 @@ def error_reply(req_id, code: str, message: str) -> dict:
 
 
 def pack_error(req_id, code: str, message: str) -> bytes:
-    """error_reply packed.  A str request id read with unicode_errors="surrogateescape" (from
-    a request whose strs are not all UTF-8) is packed back to the very bytes it came as."""
+    """error_reply packed: every error reply the daemon sends.  A str request id read with
+    unicode_errors="surrogateescape" (from a request whose strs are not all UTF-8) is packed
+    back to the very bytes it came as; any other id packs as packb would."""
     return msgpack.packb(error_reply(req_id, code, message), use_bin_type=True,
                          unicode_errors="surrogateescape")

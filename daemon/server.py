@@ -1167,10 +1167,10 @@ class Handler:
         return self._consume((ident, sid), extra, ident, flag, req_id, sid, seq)
 
     def _stream_errors(self, ident, flag, req_id, code, message, deferred):
-        out = [(ident, flag, P.packb(P.error_reply(req_id, code, message)))]
+        out = [(ident, flag, P.pack_error(req_id, code, message))]
         if deferred and deferred[2] != req_id:
             out.append((deferred[0], deferred[1],
-                        P.packb(P.error_reply(deferred[2], code, message))))
+                        P.pack_error(deferred[2], code, message)))
         return out
 
     def _consume(self, key, st, ident, flag, req_id, sid, seq):
@@ -1245,8 +1245,8 @@ class Handler:
         existed, deferred = self.streams.abort(ident, sid)
         out = [(ident, flag, P.packb({"id": req_id, "ok": True, "existed": existed}))]
         if deferred:
-            out.append((deferred[0], deferred[1], P.packb(
-                P.error_reply(deferred[2], P.E_STREAM, "stream aborted"))))
+            out.append((deferred[0], deferred[1],
+                        P.pack_error(deferred[2], P.E_STREAM, "stream aborted")))
         return out
 
     def op_info(self, req, ident, flag, req_id):
@@ -1470,8 +1470,8 @@ class Server:
             if deadline is not None:
                 if not pending and not busy:
                     for d in self.streams.expire(0, everything=True):
-                        self._send(d[0], d[1], P.packb(P.error_reply(
-                            d[2], P.E_SHUTTING_DOWN, "daemon stopping; stream dropped")))
+                        self._send(d[0], d[1], P.pack_error(
+                            d[2], P.E_SHUTTING_DOWN, "daemon stopping; stream dropped"))
                     if not inflight or time.monotonic() > deadline:
                         # a last look for requests that arrived meanwhile (they are told
                         # the daemon is stopping) before the socket closes; requests a busy
@@ -1519,8 +1519,8 @@ class Server:
             if now >= next_reap:
                 next_reap = now + 1.0
                 for d in self.streams.expire(now):
-                    self._send(d[0], d[1], P.packb(P.error_reply(
-                        d[2], P.E_STREAM, "stream expired (idle too long)")))
+                    self._send(d[0], d[1], P.pack_error(
+                        d[2], P.E_STREAM, "stream expired (idle too long)"))
                 self._trim_heap_when_quiet(busy or pending)
         for ident, flag, payload, _t0 in pending:     # never handed to a worker
             self._abandoned(ident, flag, payload)
@@ -1614,8 +1614,8 @@ class Server:
             flag = _REQ_FLAG if frames and not len(frames[0]) else _DEALER_FLAG
             inflight[ident] = inflight.get(ident, 0) + 1
             stats.count("?", P.E_BAD_FRAMES)
-            self._send(ident, flag, P.packb(P.error_reply(
-                None, P.E_BAD_FRAMES, f"a request is one msgpack frame (got {n - 1} frames)")))
+            self._send(ident, flag, P.pack_error(
+                None, P.E_BAD_FRAMES, f"a request is one msgpack frame (got {n - 1} frames)"))
             return True
         inflight[ident] = k = inflight.get(ident, 0) + 1
         if self._stop.is_set() and len(payload) <= self.inline_max and \
