@@ -38,7 +38,8 @@ from ._batch_job import BatchJob
 from ._native import ffi, lib, raise_for
 from .tiktoken_api import TiktokenMethods
 
-DEFAULT_CACHE_CAPACITY = 65536    # word-cache entries per slot (32 B of table, ~20 B of record)
+DEFAULT_CACHE_CAPACITY = 65536    # word-cache entries per slot (32 B of table, ~20 B of record);
+                                  # a cache grows to 4x when emptied pieces keep returning
 
 _RULE_C = {formats.RULE_MERGES: lib.BPE_RULE_MERGES, formats.RULE_TIKTOKEN: lib.BPE_RULE_TIKTOKEN}
 
@@ -573,7 +574,9 @@ class Tokenizer(TiktokenMethods):
     vocabulary {id: bytes} and a ranked merge list [(bytes, bytes)] (merge rank = list order;
     what a BPE trainer returns).  special_tokens: a list of str, those already in the
     vocabulary keeping their id and the others taking the next free ids; or a dict {str: id}
-    (ValueError for an id that is another token's).
+    (ValueError for an id that is another token's).  cache_capacity: the pieces each
+    thread's word cache holds (0: no cache); a cache doubles, up to 4 times that, when the
+    pieces it emptied out to make room keep coming back (the same large text again).
 
     Model options (HuggingFace BPE's, same semantics and ids; applied in C, csrc/model.c):
       byte_level=True: tokens are byte strings and a piece starts as its bytes (GPT-2 style;
@@ -984,6 +987,15 @@ class Tokenizer(TiktokenMethods):
         if ptr is None:
             raise ValueError("the tokenizer is closed")
         return ptr
+
+    def _cache_size(self, slot: int = 0) -> tuple:
+        """(entries held, capacity now) of the word cache of C work slot `slot` (slot 0 is a
+        single-threaded caller's); (0, 0) before it exists.  For tests: call it while no other
+        thread uses this tokenizer."""
+        count = ffi.new("size_t *")
+        capacity = ffi.new("size_t *")
+        lib.bpe_tokenizer_cache_size(self._handle(), slot, count, capacity)
+        return count[0], capacity[0]
 
     def __repr__(self) -> str:
         pattern = self._pattern_name or repr(self._pattern_regex)

@@ -160,6 +160,13 @@ void bpe_tokenizer_free(bpe_tokenizer *tok);
 /* Largest id + 1 over ordinary and special tokens. */
 uint32_t bpe_tokenizer_id_limit(const bpe_tokenizer *tok);
 
+/* The word cache of work slot `slot` (a single-threaded caller uses slot 0): the entries it
+ * holds and its capacity now (it grows when pieces it emptied out keep returning; see
+ * cache.c).  Both 0 when the slot has no cache (yet).  For tests and diagnostics: read only
+ * while no call uses the tokenizer. */
+void bpe_tokenizer_cache_size(const bpe_tokenizer *tok, size_t slot, size_t *count,
+                              size_t *capacity);
+
 /* Gives the BPE-dropout generators a new seed and starts their call count again (for a
  * forked child, which would otherwise draw its parent's stream).  No-op without dropout.
  * Calls running meanwhile use the old seed or the new one. */

@@ -16,6 +16,7 @@
 #define BPE_CACHE_MAX_PIECE 256 /* only pieces shorter than this are cached */
 
 #define BPE_CACHE_EMPTY UINT32_MAX
+#define BPE_CACHE_GROWTH 4      /* a cache grows to at most this times its capacity */
 
 /* A hint to start loading the cache line at address a (a read soon follows); no effect on
  * results, and nothing where the compiler has no prefetch builtin. */
@@ -63,7 +64,8 @@ typedef struct bpe_cache_slot {
 
 /* The word cache (see cache.c). */
 struct bpe_cache {
-    size_t capacity;      /* most entries held at once */
+    size_t capacity;      /* most entries held at once (grows up to capacity_max) */
+    size_t capacity_max;  /* BPE_CACHE_GROWTH times the capacity it was made with */
     size_t count;         /* entries held */
     bpe_cache_slot *tab;  /* mask + 1 slots */
     size_t mask;
@@ -71,6 +73,12 @@ struct bpe_cache {
     size_t arena_used;    /* bytes of arena in use */
     size_t arena_cap;     /* bytes allocated */
     size_t arena_max;     /* arena never grows past this */
+    uint64_t *gone;       /* one bit per bucket of the hashes of entries emptied out, since
+                             gone was last cleared; NULL until the cache first fills */
+    size_t gone_mask;     /* bits of gone - 1 */
+    size_t gone_marks;    /* entries marked in gone since it was cleared */
+    size_t puts;          /* entries put since the cache last filled */
+    size_t returns;       /* of those, how many had a bit in gone: emptied out, then missed */
     int copiers;          /* other threads copying this cache now (atomic): while nonzero,
                              bpe_cache_put adds nothing, so the owner can still look entries
                              up but changes nothing the copiers read */
@@ -98,7 +106,8 @@ void bpe_slot_release(bpe_slot *slot);
 /* Frees the cache and scratch of a slot (tokenizer teardown only). */
 void bpe_slot_destroy(bpe_slot *slot);
 
-/* A new empty cache holding up to capacity entries (> 0); NULL when out of memory. */
+/* A new empty cache holding up to capacity entries (> 0), growing to at most
+ * BPE_CACHE_GROWTH times that; NULL when out of memory. */
 bpe_cache *bpe_cache_new(size_t capacity);
 void bpe_cache_free(bpe_cache *c);   /* NULL is fine */
 
@@ -142,8 +151,8 @@ static inline void bpe_cache_prefetch(const bpe_cache *c, uint64_t h)
     BPE_PREFETCH(&c->tab[(size_t)h & c->mask]);
 }
 
-/* Remembers key -> ids (n < BPE_CACHE_MAX_PIECE, n_ids <= n).  May evict everything to make
- * room; a failed allocation just leaves the entry out. */
+/* Remembers key -> ids (n < BPE_CACHE_MAX_PIECE, n_ids <= n).  When full, grows or evicts
+ * everything (see cache.c); a failed allocation just leaves the entry out. */
 void bpe_cache_put(bpe_cache *c, const uint8_t *key, size_t n, uint64_t h,
                    const uint32_t *ids, size_t n_ids);
 
