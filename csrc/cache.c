@@ -44,6 +44,7 @@
  * offset of the entry's record in the arena.  A record is the ids (uint32, 4-aligned) followed
  * by the key bytes.  Invariant: every occupied slot's record lies in arena[0..arena_used).
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,17 +121,18 @@ static size_t gone_bit(const bpe_cache *c, uint64_t h)
  * the cache never grows). */
 static void mark_gone(bpe_cache *c)
 {
-    size_t i;
+    size_t i, bits;
     if (c->gone == NULL) {
-        size_t bits = 4096;
+        bits = 4096;
         while (bits / GONE_BITS_PER_ENTRY < c->capacity_max && bits < GONE_BITS_MAX)
             bits *= 2;
         if ((c->gone = calloc(bits / 64, sizeof *c->gone)) == NULL)
             return;
         c->gone_mask = bits - 1;
     }
-    if (c->gone_marks + c->count > (c->gone_mask + 1) / 8) {   /* at most 1/8 of bits set */
-        memset(c->gone, 0, (c->gone_mask + 1) / 8);
+    bits = c->gone_mask + 1;
+    if (c->gone_marks + c->count > bits / 8) {   /* keep at most an eighth of the bits set */
+        memset(c->gone, 0, bits / CHAR_BIT);
         c->gone_marks = 0;
     }
     for (i = 0; i <= c->mask; i++)
